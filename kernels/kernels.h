@@ -1,0 +1,79 @@
+/* kernels.h — every CUDA launcher vsalab has, with C linkage.
+ *
+ * Launchers never print or exit: each returns the cudaError_t of its launch
+ * (cudaGetLastError after the <<<>>>), and runs on the given stream. Shapes
+ * and list conventions are those of src/bsa.h. Pointers are device pointers
+ * (d_ prefix); every tensor is contiguous row-major.
+ */
+#ifndef VSA_KERNELS_H
+#define VSA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "../src/bsa.h"
+#include "../src/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------
+ * tensor_ops.cu: elementwise helpers behind the tensor core.
+ */
+
+/* d[0:n] = value converted to dtype. */
+cudaError_t vsa_fill(void *d, vsa_dtype dtype, int64_t n, double value,
+                     cudaStream_t stream);
+/* d_dst[0:n] (dst_dtype) = d_src[0:n] (src_dtype) converted; see
+ * vsa_tensor_convert for the rounding rules. */
+cudaError_t vsa_convert(void *d_dst, vsa_dtype dst_dtype, const void *d_src,
+                        vsa_dtype src_dtype, int64_t n, cudaStream_t stream);
+/* Gather a strided view (ndim <= VSA_MAX_DIMS, strides in elements) into a
+ * contiguous buffer; elem_size in {2, 4, 8}. */
+cudaError_t vsa_strided_copy(void *d_dst, const void *d_src, int elem_size,
+                             int ndim, const int64_t *shape,
+                             const int64_t *stride, cudaStream_t stream);
+/* Accumulate comparison sums of x against ref (n elements each, any float
+ * dtypes) into *d_sums, which the caller zeroes first. */
+cudaError_t vsa_compare(const void *d_x, vsa_dtype x_dtype, const void *d_ref,
+                        vsa_dtype ref_dtype, int64_t n,
+                        vsa_compare_sums *d_sums, cudaStream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * bsa_invert.cu: q2k -> k2q inversion, deterministic (ascending q order).
+ * Scratch is a bitmap of BH*nkv*ceil(nq/32) words, zeroed by the launcher.
+ * d_err receives the first validation failure found (code 0 if none); the
+ * launcher zeroes it first. Works the other way round by swapping nq/nkv.
+ */
+size_t bsa_invert_scratch_bytes(int BH, int nq, int nkv);
+cudaError_t bsa_invert(const int32_t *d_q2k_idx, const int32_t *d_q2k_num,
+                       int BH, int nq, int width, int nkv, int32_t *d_k2q_idx,
+                       int32_t *d_k2q_num, uint32_t *d_scratch,
+                       vsa_list_error *d_err, int H, cudaStream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * bsa_ref.cu: the reference forward/backward on the GPU: fp32 arithmetic
+ * from bf16 inputs, SIMT tiles in shared memory, deterministic. Outputs f32.
+ */
+cudaError_t bsa_forward_ref(const vsa_shape *s, const uint16_t *d_q,
+                            const uint16_t *d_k, const uint16_t *d_v,
+                            const int32_t *d_q2k_idx, const int32_t *d_q2k_num,
+                            int q2k_width, const int32_t *d_vbs, float *d_o,
+                            float *d_lse, cudaStream_t stream);
+
+cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
+                             const uint16_t *d_q, const uint16_t *d_k,
+                             const uint16_t *d_v, const uint16_t *d_o,
+                             const float *d_lse, const int32_t *d_k2q_idx,
+                             const int32_t *d_k2q_num, int k2q_width,
+                             const int32_t *d_q2k_idx,
+                             const int32_t *d_q2k_num, int q2k_width,
+                             const int32_t *d_vbs, float *d_dq, float *d_dk,
+                             float *d_dv, float *d_delta, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,62 @@
+-- Timing statistics and the TFLOPS convention.
+--
+-- bench(fn, {warmup=3, repeats=20, clock='cuda'|'host', keep_samples=false})
+-- times fn with a CUDA event pair around each call (C: vsalab.bench_raw) and
+-- returns {median, min, max, mean, stddev, rel_stddev, p20, p80, spread,
+-- samples, clock} in milliseconds; spread = (max - min) / median.
+-- TFLOPS on selected blocks: 10·64·64·D flops per selected (q block,
+-- kv block) pair — the 5 GEMMs of a backward at 2·64·64·D flops each — as
+-- ../shared/ANCHORS.md counts them.
+local core = require "vsalab.core"
+
+local M = {}
+
+local function quantile(sorted, p)
+  local n = #sorted
+  if n == 1 then return sorted[1] end
+  local x = 1 + (n - 1) * p
+  local lo = math.floor(x)
+  local hi = math.min(lo + 1, n)
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (x - lo)
+end
+
+function M.stats(samples)
+  assert(type(samples) == "table" and #samples > 0, "stats: need samples")
+  local s = {}
+  local sum = 0
+  for i, v in ipairs(samples) do s[i] = v; sum = sum + v end
+  table.sort(s)
+  local n = #s
+  local mean = sum / n
+  local var = 0
+  for _, v in ipairs(s) do var = var + (v - mean) ^ 2 end
+  local stddev = n > 1 and math.sqrt(var / (n - 1)) or 0
+  local median = quantile(s, 0.5)
+  return {
+    median = median, min = s[1], max = s[n], mean = mean,
+    stddev = stddev, rel_stddev = mean > 0 and stddev / mean or 0,
+    p20 = quantile(s, 0.2), p80 = quantile(s, 0.8),
+    spread = median > 0 and (s[n] - s[1]) / median or 0,
+    samples = n,
+  }
+end
+
+function M.bench(fn, opts)
+  opts = opts or {}
+  assert(type(fn) == "function", "bench: fn must be a function")
+  local samples, clock = core.bench_raw(fn, opts)
+  local st = M.stats(samples)
+  st.clock = clock
+  if opts.keep_samples then st.times = samples end
+  return st
+end
+
+function M.pair_flops(D) return 10 * 64 * 64 * D end
+
+-- pairs: selected (q block, kv block) pairs; D: head dim; ms: time.
+function M.tflops(pairs, D, ms)
+  if not ms or ms <= 0 then return nil end
+  return M.pair_flops(D) * pairs / (ms * 1e-3) / 1e12
+end
+
+return M

@@ -1,0 +1,123 @@
+-- Correctness verdicts: compare each output against a reference and decide.
+--
+-- check_outputs(outs, refs, {tol=1e-2, tols={dq=...}, names={'dq','dk','dv'}})
+-- -> {passed=bool, errors={dq={rel_l2, max_abs, nonfinite, norm_ratio,
+--     passed}, ...}}. An output passes when rel L2 < its tolerance and neither
+-- side holds a NaN or Inf: a comparator must never pass because the
+-- reference is NaN (../shared/CASES.md, shared rules).
+local core = require "vsalab.core"
+
+local M = {}
+
+-- Cosine similarity from compare()'s sums: x·r = (‖x‖² + ‖r‖² − ‖x−r‖²)/2.
+function M.cosine(c)
+  local nr2 = 1
+  -- compare() reports rel_l2 and norm_ratio relative to ‖ref‖: rescale.
+  local nx2 = c.norm_ratio ^ 2 * nr2
+  local nd2 = c.rel_l2 ^ 2 * nr2
+  local dot = (nx2 + nr2 - nd2) / 2
+  return dot / math.sqrt(nx2 * nr2)
+end
+
+function M.check_outputs(outs, refs, opts)
+  opts = opts or {}
+  local names = opts.names or {"dq", "dk", "dv"}
+  local res = {passed = true, errors = {}}
+  for _, name in ipairs(names) do
+    local x, r = outs[name], refs[name]
+    assert(x and r, "check_outputs: missing output " .. name)
+    local c = core.compare(x, r)
+    local tol = (opts.tols and opts.tols[name]) or opts.tol or 1e-2
+    c.passed = c.nonfinite == 0 and c.rel_l2 == c.rel_l2 and c.rel_l2 < tol
+    c.tol = tol
+    res.errors[name] = c
+    if not c.passed then res.passed = false end
+  end
+  return res
+end
+
+-- Pool several compare() results (disjoint pieces of one tensor) into one.
+function M.pool(parts)
+  local d2, r2, x2, nf, mx, n = 0, 0, 0, 0, 0, 0
+  for _, c in ipairs(parts) do
+    d2, r2, x2 = d2 + c.diff2, r2 + c.ref2, x2 + c.x2
+    nf, n = nf + c.nonfinite, n + c.n
+    if c.max_abs > mx then mx = c.max_abs end
+  end
+  local nr = math.sqrt(r2)
+  return {rel_l2 = nr > 0 and math.sqrt(d2) / nr or math.sqrt(d2),
+    max_abs = mx, nonfinite = nf, n = n, diff2 = d2, ref2 = r2, x2 = x2,
+    norm_ratio = nr > 0 and math.sqrt(x2) / nr or (x2 > 0 and math.huge or 1)}
+end
+
+-- Deterministic sample of k distinct ids in [0, n): always 0 and n-1, the
+-- rest from a small LCG seeded by seed (documented, so a row's sample can
+-- be named again).
+function M.sample_ids(n, k, seed)
+  local ids, seen = {}, {}
+  local function add(i) if not seen[i] and #ids < k then seen[i] = true; ids[#ids + 1] = i end end
+  add(0); add(n - 1)
+  local x = (seed or 1) % 2147483647
+  if x == 0 then x = 1 end
+  for _ = 1, 64 * k do
+    if #ids >= math.min(k, n) then break end
+    x = (x * 48271) % 2147483647
+    add(x % n)
+  end
+  table.sort(ids)
+  return ids
+end
+
+-- Check a backward's outputs outs = {dq, dk, dv} of problem p against the
+-- fp64 oracle (src/oracle.c) given p's o and lse, on the (b, h) slices in
+-- opts.bh (0-based b·H + h; default first and last) and, per slice, the
+-- dq rows of opts.q_blocks and the dk/dv rows of opts.kv_blocks (lists of
+-- 0-based ids, or counts sampled by sample_ids; default all blocks). Errors
+-- are pooled over the checked rows, with the check_outputs verdicts.
+function M.spot_check(p, outs, opts)
+  local problem = require "vsalab.problem"
+  opts = opts or {}
+  local nbh = p.B * p.H
+  local bhs = opts.bh or (nbh > 1 and {0, nbh - 1} or {0})
+  local function ids(v, n, salt)
+    if type(v) == "table" then return v end
+    if v == nil or v >= n then
+      local all = {}
+      for i = 0, n - 1 do all[#all + 1] = i end
+      return all
+    end
+    return M.sample_ids(n, v, (p.seed or 1) * 7919 + salt)
+  end
+  local qb, kb = ids(opts.q_blocks, p.nq, 1), ids(opts.kv_blocks, p.nkv, 2)
+  local parts = {dq = {}, dk = {}, dv = {}}
+  for _, bh in ipairs(bhs) do
+    local hp = problem.head(p, bh)
+    local ref = core.oracle{q = hp.q, k = hp.k, v = hp.v, dO = hp.dO,
+      o = hp.o, lse = hp.lse, q2k_idx = hp.q2k_idx, q2k_num = hp.q2k_num,
+      variable_block_sizes = p.vbs, sm_scale = p.sm_scale,
+      q_blocks = qb, kv_blocks = kb}
+    local b, h = math.floor(bh / p.H), bh % p.H
+    for name, blocks in pairs{dq = qb, dk = kb, dv = kb} do
+      local x = outs[name]:narrow(1, b + 1, 1):narrow(2, h + 1, 1)
+      for _, blk in ipairs(blocks) do
+        local xs = x:narrow(3, blk * 64 + 1, 64):contiguous()
+        local rs = ref[name]:narrow(3, blk * 64 + 1, 64)
+        table.insert(parts[name], core.compare(xs, rs))
+        xs:free()
+      end
+    end
+    problem.free(hp)
+  end
+  local res = {passed = true, errors = {}, bh = bhs, q_blocks = qb, kv_blocks = kb}
+  for _, name in ipairs{"dq", "dk", "dv"} do
+    local c = M.pool(parts[name])
+    local tol = (opts.tols and opts.tols[name]) or opts.tol or 1e-2
+    c.tol = tol
+    c.passed = c.nonfinite == 0 and c.rel_l2 == c.rel_l2 and c.rel_l2 < tol
+    if not c.passed then res.passed = false end
+    res.errors[name] = c
+  end
+  return res
+end
+
+return M

@@ -1,0 +1,153 @@
+-- The main-job flow shared by experiments/*.lua.
+--
+-- run{name=, device='cuda', configs={...}, check=..., seed=, anchors=}
+-- For each config {B, H, D, latent={T,H,W} | Sq, density | topk, ragged}:
+--   build inputs with cuRAND and random top-k lists, invert them (timed),
+--   run the reference forward, then every backward available on the device:
+--   time it (vsalab.bench, CUDA events), check it against the fp64 oracle
+--   (check = 'full', or a spot check on sampled heads and blocks:
+--   {bh=, q_blocks=, kv_blocks=}, see vsalab.check.spot_check), and commit a
+--   result row. A failed check voids the row's speed figure (tflops NULL).
+-- Prints a progress line per step and a summary table; returns the rows.
+local core = require "vsalab.core"
+local bench = require "vsalab.bench"
+local check = require "vsalab.check"
+local backends = require "vsalab.backends"
+local problem = require "vsalab.problem"
+local report = require "vsalab.report"
+local run = require "vsalab.run"
+
+local M = {}
+
+-- Parse script arguments "key=value" (values: numbers or comma lists).
+function M.args(argv, defaults)
+  local o = {}
+  for k, v in pairs(defaults or {}) do o[k] = v end
+  for _, a in ipairs(argv or {}) do
+    local k, v = a:match("^([%w_]+)=(.*)$")
+    if not k then error("argument '" .. a .. "': expected key=value", 0) end
+    if defaults and defaults[k] == nil then
+      local known = {}
+      for name in pairs(defaults) do known[#known + 1] = name end
+      table.sort(known)
+      error("argument '" .. k .. "': unknown (known: " .. table.concat(known, ", ") .. ")", 0)
+    end
+    if v:find(",") or type(defaults and defaults[k]) == "table" then
+      local l = {}
+      for x in v:gmatch("[^,]+") do l[#l + 1] = tonumber(x) or x end
+      o[k] = l
+    else
+      o[k] = tonumber(v) or v
+    end
+  end
+  return o
+end
+
+local function shape_of(c, p)
+  return string.format("B%d H%d S%d D%d %.0f%%%s", p.B, p.H, p.Sq, p.D,
+    100 * p.density, c.ragged and " ragged" or "")
+end
+
+local function base_row(name, c, p)
+  return {experiment = name, B = p.B, H = p.H, Sq = p.Sq, Skv = p.Skv,
+    D = p.D, block = 64, density = p.density, topk = p.topk,
+    ragged = c.ragged and 1 or 0, pairs = p.pairs}
+end
+
+local function timing(row, st)
+  row.ms_median, row.ms_min, row.ms_max = st.median, st.min, st.max
+  row.spread, row.samples = st.spread, st.samples
+end
+
+function M.run(e)
+  local device = e.device or "cuda"
+  local seed = e.seed or 1
+  local rows = {}
+  local n = #e.configs
+  for i, c in ipairs(e.configs) do
+    local t0 = os.time()
+    report.progress(i - 1, n, "building inputs " .. (c.label or ""))
+    local spec = {device = device, seed = seed + i}
+    for k, v in pairs(c) do spec[k] = v end
+    local p = problem.build(spec)
+    local label = shape_of(c, p)
+
+    -- Inversion (q2k -> k2q), kernel only, into the existing buffers.
+    local st = bench.bench(function()
+      core.invert_indices(p.q2k_idx, p.q2k_num, p.nkv,
+        {out = {p.k2q_idx, p.k2q_num}, check = false})
+    end, {warmup = 3, repeats = device == "cpu" and 3 or 20})
+    local row = base_row(e.name, c, p)
+    row.kernel = "invert"
+    timing(row, st)
+    row.note = "q2k -> k2q inversion, deterministic"
+    row.id = run.log(row)
+    rows[#rows + 1] = row
+
+    for _, b in ipairs(backends.available(device)) do
+      report.progress(i - 1, n, label .. ": " .. b.name .. " backward")
+      local outs
+      local bst = bench.bench(function()
+        local dq, dk, dv = b.run(p)
+        outs = {dq = dq, dk = dk, dv = dv}
+      end, b.bench_opts or {warmup = 3, repeats = 20})
+      report.progress(i - 1, n, label .. ": checking " .. b.name)
+      local res
+      if e.check == "full" then
+        local ref = core.oracle{q = p.q, k = p.k, v = p.v, dO = p.dO,
+          o = p.o, lse = p.lse, q2k_idx = p.q2k_idx, q2k_num = p.q2k_num,
+          variable_block_sizes = p.vbs, sm_scale = p.sm_scale}
+        res = check.check_outputs(outs, ref)
+        res.what = "all heads and blocks vs fp64 oracle"
+      else
+        res = check.spot_check(p, outs, e.check)
+        res.what = string.format("heads %s; %d q + %d kv blocks each vs fp64 oracle",
+          table.concat(res.bh, ","), #res.q_blocks, #res.kv_blocks)
+      end
+      local r = base_row(e.name, c, p)
+      r.kernel = b.name
+      timing(r, bst)
+      r.passed = res.passed and 1 or 0
+      -- Never report the speed of a wrong output.
+      r.tflops = res.passed and bench.tflops(p.pairs, p.D, bst.median) or nil
+      r.errors = res.errors
+      r.note = res.what
+      r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
+        clock = bst.clock, seed = p.seed}
+      r.id = run.log(r)
+      rows[#rows + 1] = r
+      for _, t in pairs(outs) do t:free() end
+    end
+    problem.free(p)
+    collectgarbage()
+    report.progress(i, n, string.format("%s done in %ds", label, os.time() - t0))
+  end
+  M.summary(rows, e.anchors)
+  return rows
+end
+
+function M.summary(rows, anchors)
+  local t = {}
+  for _, r in ipairs(rows) do
+    local e = r.errors or {}
+    local function err(k) return e[k] and e[k].rel_l2 end
+    t[#t + 1] = {kernel = r.kernel, H = r.H, S = r.Sq, density = r.density,
+      topk = r.topk, ms = r.ms_median, tflops = r.tflops,
+      dq = err("dq"), dk = err("dk"), dv = err("dv"),
+      ok = r.passed == nil and "-" or (r.passed == 1 and "pass" or "FAIL"),
+      anchor = anchors and anchors(r) or nil}
+  end
+  print()
+  report.table(t, {
+    {key = "kernel"}, {key = "H", fmt = "%d"}, {key = "S", fmt = "%d"},
+    {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
+    {key = "ms", title = "ms (median)", fmt = "%.3f"},
+    {key = "tflops", title = "TFLOPS", fmt = "%.1f"},
+    {key = "dq", title = "dq rel L2", fmt = "%.2e"},
+    {key = "dk", title = "dk rel L2", fmt = "%.2e"},
+    {key = "dv", title = "dv rel L2", fmt = "%.2e"},
+    {key = "ok", title = "check"}, {key = "anchor"},
+  })
+end
+
+return M

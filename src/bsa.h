@@ -1,0 +1,163 @@
+/* bsa.h — block-sparse attention (VSA) on the host: metadata, inversion,
+ * the fp32 reference forward/backward, the fp64 oracle and comparisons.
+ *
+ * Conventions shared by every function here and by kernels/kernels.h:
+ *   block size 64 tokens; nq = Sq/64 q blocks, nkv = Skv/64 kv blocks;
+ *   q, o, dO: [B, H, Sq, D]; k, v: [B, H, Skv, D], row-major contiguous;
+ *   q2k_idx [B, H, nq, width] i32, q2k_num [B, H, nq] i32: q block i attends
+ *     kv blocks q2k_idx[b,h,i,0:q2k_num[b,h,i]]; entries past the count are
+ *     never read;
+ *   k2q_idx [B, H, nkv, nq] i32, k2q_num [B, H, nkv] i32: the inverse lists,
+ *     each in ascending q order, padded with -1;
+ *   vbs ("variable_block_sizes") [nkv] i32 in [0, 64]: key token t of kv
+ *     block j is valid iff t mod 64 < vbs[j] (shared by all b, h);
+ *   lse [B, H, Sq] f32 in Triton's base-2 "M format":
+ *     lse = max_c(s·sm_scale·log2 e) + log2(Σ_c exp2(s·sm_scale·log2 e − max))
+ *     over the valid keys c of the row; a row with no valid key has o = 0 and
+ *     lse = VSA_LSE_EMPTY.
+ * Backward (from FlashAttention-2's derivation, base 2 as in Triton's VSA):
+ *   P = exp2(s·sm_scale·log2 e − lse) on valid keys, 0 elsewhere;
+ *   Delta = rowsum(dO∘o); dP = dO vᵀ; dS = P∘(dP − Delta);
+ *   dv = Pᵀ dO; dk = sm_scale·dSᵀ q; dq = sm_scale·dS k.
+ */
+#ifndef VSA_BSA_H
+#define VSA_BSA_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "tensor.h" /* vsa_dtype */
+
+#define VSA_BLOCK 64
+#define VSA_LOG2E 1.4426950408889634
+/* lse of a row with no valid key: finite, and large enough that
+ * exp2(s·c − lse) underflows to 0 in a backward that forgets to mask. */
+#define VSA_LSE_EMPTY 1e30f
+
+/* First validation failure found in block lists (0 = none). */
+typedef enum {
+  VSA_LIST_OK = 0,
+  VSA_LIST_INDEX_RANGE = 1,  /* an index < 0 or >= the other side's count */
+  VSA_LIST_COUNT_RANGE = 2,  /* a count < 0 or > the list width */
+  VSA_LIST_REPEATED = 3      /* one index twice in one row */
+} vsa_list_code;
+
+typedef struct {
+  int32_t code;  /* vsa_list_code */
+  int32_t b, h, row; /* where: batch, head, row (q block for q2k lists) */
+  int32_t value;     /* the offending index or count */
+} vsa_list_error;
+
+/* Format a list error as "q2k_idx: index 99 out of range [0, 8) at (b=0, h=1,
+ * q block=3)"; `what` names the list argument, `row_name` the row kind. */
+void vsa_list_error_format(const vsa_list_error *e, const char *what,
+                           const char *row_name, int range, char *buf,
+                           int buflen);
+
+/* ---------------------------------------------------------------------------
+ * Metadata builders (host)
+ */
+
+/* Random top-k lists. For each (b, h, q block) draw `count` distinct kv
+ * blocks uniformly, in random order, padding the rest of the row with -1.
+ * count = topk, or with ragged != 0 uniform in [0, topk] (0 included).
+ * Deterministic in seed (splitmix64 per row, documented in builders.c).
+ * idx [B,H,nq,width] (width >= topk), num [B,H,nq]. */
+int vsa_build_random_topk(int B, int H, int nq, int nkv, int topk, int width,
+                          int ragged, uint64_t seed, int32_t *idx,
+                          int32_t *num);
+
+/* variable_block_sizes for a video latent T×Hh×W cut into tT×tH×tW tiles
+ * (tile volume must be 64): one block per tile in (t, h, w) row-major order,
+ * each block's size the tile's volume clipped to the latent. Returns the
+ * block count in *nblocks; vbs may be NULL to query the count only. */
+int vsa_build_video_blocks(int T, int Hh, int W, int tT, int tH, int tW,
+                           int32_t *vbs, int *nblocks);
+
+/* ---------------------------------------------------------------------------
+ * Inversion q2k -> k2q (host). Deterministic: each kv row lists its q blocks
+ * in ascending order. Validates every row; returns -1 with *err filled and a
+ * message recorded on the first failure (rows are scanned in (b, h, row)
+ * order). Also used the other way round (k2q -> q2k) by swapping nq/nkv.
+ */
+int vsa_invert_cpu(const int32_t *q2k_idx, const int32_t *q2k_num, int BH,
+                   int nq, int width, int nkv, int32_t *k2q_idx,
+                   int32_t *k2q_num, vsa_list_error *err);
+
+/* ---------------------------------------------------------------------------
+ * Reference forward/backward on the host: fp32 arithmetic from bf16 inputs
+ * (uint16_t), block-sparse loops, written to be read. Outputs are f32.
+ */
+typedef struct {
+  int B, H, Sq, Skv, D;
+  float sm_scale;
+} vsa_shape;
+
+int vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q,
+                        const uint16_t *k, const uint16_t *v,
+                        const int32_t *q2k_idx, const int32_t *q2k_num,
+                        int q2k_width, const int32_t *vbs, float *o,
+                        float *lse);
+
+/* Needs both list directions (q2k for dq, k2q for dk/dv); delta is scratch
+ * [B,H,Sq] f32 and receives Delta. */
+int vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
+                         const uint16_t *q, const uint16_t *k,
+                         const uint16_t *v, const uint16_t *o,
+                         const float *lse, const int32_t *k2q_idx,
+                         const int32_t *k2q_num, int k2q_width,
+                         const int32_t *q2k_idx, const int32_t *q2k_num,
+                         int q2k_width, const int32_t *vbs, float *dq,
+                         float *dk, float *dv, float *delta);
+
+/* ---------------------------------------------------------------------------
+ * fp64 oracle (host): brute-force attention from a dense per-(b, h) block
+ * mask built from q2k lists, for tests. All arrays are double except lists.
+ * With o_in/lse_in NULL the oracle computes its own forward (o_out, lse_out
+ * receive it when not NULL) and uses it in the backward; otherwise it uses
+ * the given o and lse (the backward's contract given the forward's outputs).
+ * Subsets: q_blocks/kv_blocks list which blocks to produce (dq rows of those
+ * q blocks, dk/dv rows of those kv blocks); n = -1 means all. Rows not
+ * produced are left untouched. bh_list selects (b*H + h) slices likewise.
+ */
+typedef struct {
+  int B, H, Sq, Skv, D;
+  double sm_scale;
+  const double *q, *k, *v, *dO;      /* [B,H,S,D] */
+  const double *o_in, *lse_in;       /* optional, [B,H,Sq,D] and [B,H,Sq] */
+  const int32_t *q2k_idx, *q2k_num;  /* [B,H,nq,width], [B,H,nq] */
+  int q2k_width;
+  const int32_t *vbs;                /* [nkv] */
+  const int32_t *bh_list; int n_bh;
+  const int32_t *q_blocks; int n_q_blocks;
+  const int32_t *kv_blocks; int n_kv_blocks;
+} vsa_oracle_args;
+
+int vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
+               double *dq, double *dk, double *dv);
+
+/* ---------------------------------------------------------------------------
+ * Comparison. rel_l2 = ‖x − ref‖ / ‖ref‖ (or ‖x‖ when ref is all zero: then
+ * 0 means equal), max_abs = max |x − ref|, norm_ratio = ‖x‖ / ‖ref‖; values
+ * accumulated in fp64; NaN/Inf counted on each side separately.
+ */
+typedef struct {
+  double diff2, ref2, x2, max_abs;
+  int64_t nonfinite_x, nonfinite_ref, n;
+} vsa_compare_sums;
+
+/* Host twin of vsa_compare (kernels.h): adds the sums of x against ref (n
+ * elements each; bf16, f32 or f64 either side) into *s, which the caller
+ * zeroes first. diff2, ref2, x2 and max_abs cover the pairs where both
+ * values are finite; n grows by n. */
+void vsa_compare_cpu(const void *x, vsa_dtype xt, const void *ref,
+                     vsa_dtype rt, int64_t n, vsa_compare_sums *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

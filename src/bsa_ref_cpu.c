@@ -1,0 +1,276 @@
+/* bsa_ref_cpu.c — the fp32 reference forward/backward of block-sparse (VSA)
+ * attention on the host, as declared in bsa.h.
+ *
+ * Written to be read, not to be fast: one q row (or one kv row) at a time,
+ * scalar fp32 arithmetic from bf16 inputs, loops over the block lists only
+ * (never a dense S×S mask). Semantics (bsa.h, tests/CASES.md):
+ *   - key slot t of kv block j is valid iff t < vbs[j]; invalid keys are
+ *     skipped (P = 0 by selection), so lse values of empty rows (±inf, 0,
+ *     VSA_LSE_EMPTY) never reach an exp2 and never make NaN;
+ *   - list entries past a row's count are never read;
+ *   - a q row with no valid key gets o = 0, lse = VSA_LSE_EMPTY, dq = 0;
+ *   - kv blocks no q block selects get dk = dv = 0 exactly;
+ *   - every element of every output is written, offsets are int64.
+ * dk/dv walk the k2q lists (kv block j loops over its q blocks), dq walks the
+ * q2k lists (recomputing S and dP): deterministic, no accumulation races.
+ *
+ * Test: tests/c/test_ref_cpu.c checks it against an fp64 brute force.
+ */
+#include "bsa.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/* bf16 -> f32 is exact: the bf16 bits are the high half of the f32 bits. */
+static inline float
+bf16_to_f32(uint16_t h)
+{
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* Dot product of two bf16 rows of length D, fp32 accumulation in order. */
+static inline float
+dot_bf16(const uint16_t *a, const uint16_t *b, int D)
+{
+  float acc = 0.0f;
+  for (int d = 0; d < D; d++) acc += bf16_to_f32(a[d]) * bf16_to_f32(b[d]);
+  return acc;
+}
+
+/* Number of valid key slots of kv block j: vbs clamped to [0, 64]. */
+static inline int
+valid_keys(const int32_t *vbs, int j)
+{
+  int n = vbs[j];
+  return n < 0 ? 0 : (n > VSA_BLOCK ? VSA_BLOCK : n);
+}
+
+static int
+check_shape(const vsa_shape *s, const char *fn)
+{
+  if (s->B < 1 || s->H < 1 || s->D < 1 || s->Sq < 0 || s->Skv < 0)
+    return vsa_fail("%s: bad shape B=%d H=%d Sq=%d Skv=%d D=%d", fn, s->B,
+                    s->H, s->Sq, s->Skv, s->D);
+  if (s->Sq % VSA_BLOCK != 0 || s->Skv % VSA_BLOCK != 0)
+    return vsa_fail("%s: Sq=%d and Skv=%d must be multiples of %d", fn, s->Sq,
+                    s->Skv, VSA_BLOCK);
+  return 0;
+}
+
+/* Validate the used part of one list direction: counts in [0, width] and
+ * indices in [0, range). Entries past a count are not read. */
+static int
+check_list(const int32_t *idx, const int32_t *num, int64_t rows, int width,
+           int range, const char *what)
+{
+  for (int64_t r = 0; r < rows; r++) {
+    int n = num[r];
+    if (n < 0 || n > width)
+      return vsa_fail("%s: count %d out of range [0, %d] at row %lld", what, n,
+                      width, (long long)r);
+    for (int e = 0; e < n; e++) {
+      int32_t x = idx[r * width + e];
+      if (x < 0 || x >= range)
+        return vsa_fail("%s: index %d out of range [0, %d) at row %lld", what,
+                        (int)x, range, (long long)r);
+    }
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Forward
+
+/* For each q row: collect the scaled base-2 logits of its valid keys (list
+ * order, then slot order), take max and sum, then o = Σ p v / l. Three plain
+ * passes over one row instead of an online softmax: easier to trust. */
+int
+vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
+                    const uint16_t *v, const int32_t *q2k_idx,
+                    const int32_t *q2k_num, int q2k_width, const int32_t *vbs,
+                    float *o, float *lse)
+{
+  VSA_TRY(check_shape(s, "vsa_forward_ref_cpu"));
+  const int H = s->H, D = s->D;
+  const int nq = s->Sq / VSA_BLOCK, nkv = s->Skv / VSA_BLOCK;
+  const int64_t BH = (int64_t)s->B * H;
+  VSA_TRY(check_list(q2k_idx, q2k_num, BH * nq, q2k_width, nkv, "q2k"));
+
+  const float scale2 = s->sm_scale * (float)VSA_LOG2E;
+  /* Logits of one row: at most width blocks of 64 keys. */
+  size_t cap = (size_t)(q2k_width > 0 ? q2k_width : 1) * VSA_BLOCK;
+  float *logit = malloc(cap * sizeof *logit);
+  float *acc = malloc((size_t)D * sizeof *acc);
+  if (!logit || !acc) {
+    free(logit);
+    free(acc);
+    return vsa_fail("vsa_forward_ref_cpu: out of host memory");
+  }
+
+  for (int64_t bh = 0; bh < BH; bh++) {
+    const uint16_t *qs = q + bh * s->Sq * (int64_t)D;
+    const uint16_t *ks = k + bh * s->Skv * (int64_t)D;
+    const uint16_t *vs = v + bh * s->Skv * (int64_t)D;
+    for (int i = 0; i < nq; i++) {
+      const int64_t row = bh * nq + i;
+      const int32_t *list = q2k_idx + row * q2k_width;
+      const int count = q2k_num[row];
+      for (int t = 0; t < VSA_BLOCK; t++) {
+        const int64_t r = (int64_t)i * VSA_BLOCK + t; /* q row in slice */
+        const uint16_t *qr = qs + r * D;
+        float *orow = o + (bh * s->Sq + r) * D;
+
+        /* Pass 1: logits of the valid keys, and their max. */
+        int n = 0;
+        float m = -INFINITY;
+        for (int e = 0; e < count; e++) {
+          const int j = list[e], nv = valid_keys(vbs, j);
+          for (int c = 0; c < nv; c++) {
+            const int64_t kr = (int64_t)j * VSA_BLOCK + c;
+            float x = dot_bf16(qr, ks + kr * D, D) * scale2;
+            logit[n++] = x;
+            m = fmaxf(m, x);
+          }
+        }
+        if (n == 0) { /* no valid key: o = 0 by definition */
+          for (int d = 0; d < D; d++) orow[d] = 0.0f;
+          lse[bh * s->Sq + r] = VSA_LSE_EMPTY;
+          continue;
+        }
+
+        /* Pass 2 and 3: l = Σ exp2(x − m); o = Σ p v / l, same key order. */
+        for (int d = 0; d < D; d++) acc[d] = 0.0f;
+        float l = 0.0f;
+        n = 0;
+        for (int e = 0; e < count; e++) {
+          const int j = list[e], nv = valid_keys(vbs, j);
+          for (int c = 0; c < nv; c++) {
+            const int64_t kr = (int64_t)j * VSA_BLOCK + c;
+            const uint16_t *vr = vs + kr * D;
+            float p = exp2f(logit[n++] - m);
+            l += p;
+            for (int d = 0; d < D; d++) acc[d] += p * bf16_to_f32(vr[d]);
+          }
+        }
+        for (int d = 0; d < D; d++) orow[d] = acc[d] / l;
+        lse[bh * s->Sq + r] = m + log2f(l);
+      }
+    }
+  }
+  free(logit);
+  free(acc);
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Backward
+
+int
+vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
+                     const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                     const uint16_t *o, const float *lse,
+                     const int32_t *k2q_idx, const int32_t *k2q_num,
+                     int k2q_width, const int32_t *q2k_idx,
+                     const int32_t *q2k_num, int q2k_width, const int32_t *vbs,
+                     float *dq, float *dk, float *dv, float *delta)
+{
+  VSA_TRY(check_shape(s, "vsa_backward_ref_cpu"));
+  const int H = s->H, D = s->D;
+  const int nq = s->Sq / VSA_BLOCK, nkv = s->Skv / VSA_BLOCK;
+  const int64_t BH = (int64_t)s->B * H;
+  VSA_TRY(check_list(q2k_idx, q2k_num, BH * nq, q2k_width, nkv, "q2k"));
+  VSA_TRY(check_list(k2q_idx, k2q_num, BH * nkv, k2q_width, nq, "k2q"));
+
+  const float scale2 = s->sm_scale * (float)VSA_LOG2E;
+  float *acc_k = malloc((size_t)D * sizeof *acc_k);
+  float *acc_v = malloc((size_t)D * sizeof *acc_v);
+  if (!acc_k || !acc_v) {
+    free(acc_k);
+    free(acc_v);
+    return vsa_fail("vsa_backward_ref_cpu: out of host memory");
+  }
+
+  /* Delta[r] = Σ_d dO[r][d]·o[r][d] for every q row (empty rows too). */
+  for (int64_t r = 0; r < BH * s->Sq; r++) {
+    const uint16_t *dOr = dO + r * D, *orow = o + r * D;
+    delta[r] = dot_bf16(dOr, orow, D);
+  }
+
+  for (int64_t bh = 0; bh < BH; bh++) {
+    const int64_t qbase = bh * s->Sq, kbase = bh * s->Skv;
+    const uint16_t *qs = q + qbase * D, *dOs = dO + qbase * D;
+    const uint16_t *ks = k + kbase * D, *vs = v + kbase * D;
+    const float *lses = lse + qbase, *deltas = delta + qbase;
+
+    /* dk, dv: one kv row c at a time, over the q blocks that select its
+     * block (k2q list). Invalid slots and unselected blocks stay 0. */
+    for (int j = 0; j < nkv; j++) {
+      const int64_t row = bh * nkv + j;
+      const int32_t *list = k2q_idx + row * k2q_width;
+      const int count = k2q_num[row], nv = valid_keys(vbs, j);
+      for (int c = 0; c < VSA_BLOCK; c++) {
+        const int64_t kr = (int64_t)j * VSA_BLOCK + c;
+        for (int d = 0; d < D; d++) acc_k[d] = acc_v[d] = 0.0f;
+        if (c < nv) {
+          const uint16_t *kc = ks + kr * D, *vc = vs + kr * D;
+          for (int e = 0; e < count; e++) {
+            const int i = list[e];
+            for (int t = 0; t < VSA_BLOCK; t++) {
+              const int64_t r = (int64_t)i * VSA_BLOCK + t;
+              const uint16_t *qr = qs + r * D, *dOr = dOs + r * D;
+              float p = exp2f(dot_bf16(qr, kc, D) * scale2 - lses[r]);
+              float dp = dot_bf16(dOr, vc, D);
+              float ds = p * (dp - deltas[r]);
+              for (int d = 0; d < D; d++) {
+                acc_v[d] += p * bf16_to_f32(dOr[d]);
+                acc_k[d] += ds * bf16_to_f32(qr[d]);
+              }
+            }
+          }
+        }
+        float *dkr = dk + (kbase + kr) * D, *dvr = dv + (kbase + kr) * D;
+        for (int d = 0; d < D; d++) {
+          dkr[d] = s->sm_scale * acc_k[d];
+          dvr[d] = acc_v[d];
+        }
+      }
+    }
+
+    /* dq: one q row r at a time, over its valid keys (q2k list), with S,
+     * P and dP recomputed. A row with no valid key keeps dq = 0. */
+    for (int i = 0; i < nq; i++) {
+      const int64_t row = bh * nq + i;
+      const int32_t *list = q2k_idx + row * q2k_width;
+      const int count = q2k_num[row];
+      for (int t = 0; t < VSA_BLOCK; t++) {
+        const int64_t r = (int64_t)i * VSA_BLOCK + t;
+        const uint16_t *qr = qs + r * D, *dOr = dOs + r * D;
+        for (int d = 0; d < D; d++) acc_k[d] = 0.0f;
+        for (int e = 0; e < count; e++) {
+          const int j = list[e], nv = valid_keys(vbs, j);
+          for (int c = 0; c < nv; c++) {
+            const int64_t kr = (int64_t)j * VSA_BLOCK + c;
+            const uint16_t *kc = ks + kr * D, *vc = vs + kr * D;
+            float p = exp2f(dot_bf16(qr, kc, D) * scale2 - lses[r]);
+            float ds = p * (dot_bf16(dOr, vc, D) - deltas[r]);
+            for (int d = 0; d < D; d++) acc_k[d] += ds * bf16_to_f32(kc[d]);
+          }
+        }
+        float *dqr = dq + (qbase + r) * D;
+        for (int d = 0; d < D; d++) dqr[d] = s->sm_scale * acc_k[d];
+      }
+    }
+  }
+  free(acc_k);
+  free(acc_v);
+  return 0;
+}

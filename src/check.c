@@ -1,0 +1,32 @@
+/* check.c — the recorded-error slot behind check.h. */
+#include "check.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static _Thread_local char last_error[1024] = "no error";
+
+int
+vsa_fail(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+const char *
+vsa_last_error(void)
+{
+  return last_error;
+}
+
+int
+vsa_fail_cuda(cudaError_t e, const char *what, const char *file, int line)
+{
+  /* Clear a non-sticky error so the next call does not report it again. */
+  (void)cudaGetLastError();
+  return vsa_fail("cuda: %s (%s) in %s at %s:%d", cudaGetErrorName(e),
+                  cudaGetErrorString(e), what, file, line);
+}

@@ -1,0 +1,35 @@
+/* check.h — one error path for the C core.
+ *
+ * C functions of the core return 0 on success and -1 on failure, after
+ * recording a message with vsa_fail(). The Lua bindings turn that message into
+ * a Lua error (luaL_error); plain C callers (main, db.c) print it. Nothing in
+ * the core prints or exits: a REPL must survive every error.
+ */
+#ifndef VSA_CHECK_H
+#define VSA_CHECK_H
+
+#include <cuda_runtime_api.h>
+
+/* Record a printf-style message as the current error; always returns -1. */
+int vsa_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The message recorded by the last vsa_fail() (never NULL). */
+const char *vsa_last_error(void);
+
+/* Record a CUDA error with its name, text and the caller's file:line. */
+int vsa_fail_cuda(cudaError_t e, const char *what, const char *file, int line);
+
+/* Run a CUDA call; on failure record it and return -1 from the caller. */
+#define CUDA_TRY(call)                                                       \
+  do {                                                                       \
+    cudaError_t vsa_e_ = (call);                                             \
+    if (vsa_e_ != cudaSuccess)                                               \
+      return vsa_fail_cuda(vsa_e_, #call, __FILE__, __LINE__);               \
+  } while (0)
+
+/* Run a core call that returns 0 / -1; propagate -1. */
+#define VSA_TRY(call)                                                        \
+  do {                                                                       \
+    if ((call) != 0) return -1;                                              \
+  } while (0)
+
+#endif

@@ -1,0 +1,250 @@
+/* host.c — the embedded LuaJIT state (host.h).
+ *
+ * Modules: the C core is registered as package.preload["vsalab.core"]; every
+ * lua/vsalab/NAME.lua file is compiled into the binary (cmake/embed.cmake) and
+ * preloaded under its module name, so build/vsalab runs from any directory.
+ * With VSALAB_LUA_DIR set, modules are read from that directory instead
+ * (edit Lua without rebuilding). Scripts run under a message handler that
+ * adds a traceback; SIGINT sets a one-shot hook that raises "interrupted!" at
+ * the next Lua instruction (luajit.c's trick), so the run is closed cleanly.
+ */
+#include "host.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "embedded.h"
+#include "lua_api.h"
+
+#ifndef VSA_VERSION
+#define VSA_VERSION "0.0.0"
+#endif
+#ifndef VSA_GIT_REV
+#define VSA_GIT_REV "unknown"
+#endif
+
+static lua_State *signal_state;
+
+// ----------------------------------------------------------------------------
+// interrupts
+
+static void
+interrupt_hook(lua_State *L, lua_Debug *ar)
+{
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
+static void
+on_sigint(int sig)
+{
+  /* A second Ctrl-C while the first is pending exits at once. */
+  signal(sig, SIG_DFL);
+  if (signal_state)
+    lua_sethook(signal_state, interrupt_hook,
+                LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+// ----------------------------------------------------------------------------
+// module loading
+
+static int
+open_core(lua_State *L)
+{
+  lua_newtable(L);
+  vsa_lua_open_tensor(L);
+  vsa_lua_open_bsa(L);
+  vsa_lua_open_bench(L);
+  vsa_lua_open_db(L);
+  lua_pushstring(L, VSA_VERSION);
+  lua_setfield(L, -2, "version");
+  lua_pushstring(L, VSA_GIT_REV);
+  lua_setfield(L, -2, "git_rev");
+  return 1;
+}
+
+/* package.preload loader for an embedded module (upvalue: its index). */
+static int
+load_embedded(lua_State *L)
+{
+  const vsa_embedded_file *f = &vsa_embedded[lua_tointeger(L, lua_upvalueindex(1))];
+  if (luaL_loadbuffer(L, f->text, f->size, f->origin) != 0) return lua_error(L);
+  lua_pushstring(L, f->name);
+  lua_call(L, 1, 1);
+  return 1;
+}
+
+static void
+install_modules(lua_State *L)
+{
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, open_core);
+  lua_setfield(L, -2, "vsalab.core");
+  const char *dir = getenv("VSALAB_LUA_DIR");
+  if (dir && *dir) {
+    /* Development: lua/vsalab/x.lua found as vsalab.x from the tree. */
+    lua_getfield(L, -2, "path");
+    lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", dir, dir,
+                    lua_tostring(L, -1));
+    lua_setfield(L, -4, "path");
+    lua_pop(L, 1);
+  } else {
+    for (int i = 0; vsa_embedded[i].name; i++) {
+      if (strcmp(vsa_embedded[i].kind, "lua") != 0) continue;
+      lua_pushinteger(L, i);
+      lua_pushcclosure(L, load_embedded, 1);
+      lua_setfield(L, -2, vsa_embedded[i].name);
+    }
+  }
+  lua_pop(L, 2);
+}
+
+static int
+traceback(lua_State *L)
+{
+  const char *msg = lua_tostring(L, 1);
+  if (!msg) {
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+      return 1;
+    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  luaL_traceback(L, L, msg, 1);
+  return 1;
+}
+
+/* Call the function on top with nargs under the traceback handler. */
+static int
+docall(lua_State *L, int nargs, int nres)
+{
+  int base = lua_gettop(L) - nargs;
+  lua_pushcfunction(L, traceback);
+  lua_insert(L, base);
+  signal_state = L;
+  signal(SIGINT, on_sigint);
+  int rc = lua_pcall(L, nargs, nres, base);
+  signal(SIGINT, SIG_DFL);
+  lua_remove(L, base);
+  if (rc != 0) lua_gc(L, LUA_GCCOLLECT, 0);
+  return rc;
+}
+
+
+static int
+setup(lua_State *L)
+{
+  const vsa_host_options *o = lua_touserdata(L, 1);
+  luaL_openlibs(L);
+  install_modules(L);
+  vsa_lua_set_current_device(o->device);
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "vsalab");
+  lua_call(L, 1, 1);
+  lua_pushvalue(L, -1);
+  lua_setglobal(L, "vsalab");
+  /* vsalab.context: what this invocation was asked to do. */
+  lua_newtable(L);
+  lua_pushstring(L, o->db_path);
+  lua_setfield(L, -2, "db_path");
+  lua_pushinteger(L, o->device);
+  lua_setfield(L, -2, "device");
+  lua_pushnumber(L, (lua_Number)o->seed);
+  lua_setfield(L, -2, "seed");
+  if (o->script) {
+    lua_pushstring(L, o->script);
+    lua_setfield(L, -2, "script");
+  }
+  lua_createtable(L, o->argc, 0);
+  for (int i = 0; i < o->argc; i++) {
+    lua_pushstring(L, o->argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "args");
+  lua_pushinteger(L, (lua_Integer)getpid());
+  lua_setfield(L, -2, "pid");
+  char host[256] = "unknown";
+  (void)gethostname(host, sizeof host - 1);
+  lua_pushstring(L, host);
+  lua_setfield(L, -2, "host");
+  /* The running binary, so scripts and tests can start another vsalab. */
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    exe[n] = 0;
+    lua_pushstring(L, exe);
+    lua_setfield(L, -2, "exe");
+  }
+  lua_setfield(L, -2, "context");
+  return 0;
+}
+
+lua_State *
+vsa_host_new(const vsa_host_options *opts)
+{
+  lua_State *L = luaL_newstate();
+  if (!L) {
+    fprintf(stderr, "vsalab: cannot create a Lua state (out of memory)\n");
+    return NULL;
+  }
+  if (lua_cpcall(L, setup, (void *)opts) != 0) {
+    fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
+    lua_close(L);
+    return NULL;
+  }
+  return L;
+}
+
+/* vsalab.run_finish(status, err): closes the run row if the script began one. */
+static void
+finish_run(lua_State *L, const char *status, const char *err)
+{
+  lua_getglobal(L, "vsalab");
+  lua_getfield(L, -1, "run_finish");
+  lua_remove(L, -2);
+  if (!lua_isfunction(L, -1)) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_pushstring(L, status);
+  if (err) lua_pushstring(L, err);
+  else lua_pushnil(L);
+  if (docall(L, 2, 0) != 0) {
+    fprintf(stderr, "vsalab: closing the run failed: %s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+}
+
+int
+vsa_host_run_script(lua_State *L, const vsa_host_options *o)
+{
+  lua_createtable(L, o->argc, 1);
+  lua_pushstring(L, o->script);
+  lua_rawseti(L, -2, 0);
+  for (int i = 0; i < o->argc; i++) {
+    lua_pushstring(L, o->argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setglobal(L, "arg");
+  int rc = luaL_loadfile(L, o->script);
+  if (rc == 0) {
+    for (int i = 0; i < o->argc; i++) lua_pushstring(L, o->argv[i]);
+    rc = docall(L, o->argc, 0);
+  }
+  if (rc != 0) {
+    const char *msg = lua_tostring(L, -1);
+    if (!msg) msg = "(error object is not a string)";
+    fprintf(stderr, "vsalab: %s\n", msg);
+    const char *status = strstr(msg, "interrupted!") ? "interrupted" : "failed";
+    finish_run(L, status, msg);
+    lua_pop(L, 1);
+    return 1;
+  }
+  finish_run(L, "finished", NULL);
+  return 0;
+}

@@ -1,0 +1,28 @@
+/* host.h — the embedded LuaJIT state: module setup and protected calls. */
+#ifndef VSA_HOST_H
+#define VSA_HOST_H
+
+#include <lua.h>
+
+typedef struct {
+  const char *db_path;  /* results DB for this invocation */
+  int device;           /* CUDA ordinal for new tensors */
+  long long seed;       /* run seed, handed to scripts as vsalab.context.seed */
+  const char *script;   /* script path, or NULL */
+  int argc;             /* script arguments */
+  char **argv;
+} vsa_host_options;
+
+/* A new Lua state with the standard libraries, the `vsalab` module (C core
+ * plus the embedded lua/vsalab modules) preloaded and set as a global, and
+ * vsalab.context filled from opts. NULL (with a message on stderr) if the
+ * state cannot be made. */
+lua_State *vsa_host_new(const vsa_host_options *opts);
+
+/* Run a script file with `arg` set (arg[0] = script, arg[1..] = args). On
+ * error prints the message and the Lua traceback to stderr and returns 1;
+ * returns 0 on success. The run row (if the script began one) is closed as
+ * 'finished', 'failed' or 'interrupted'. */
+int vsa_host_run_script(lua_State *L, const vsa_host_options *opts);
+
+#endif

@@ -1,0 +1,219 @@
+/* l_bench.c — timing and device queries for Lua: vsalab.bench_raw,
+ * vsalab.device_info, vsalab.synchronize.
+ *
+ * bench_raw(fn, {warmup=, repeats=, clock=}) calls fn warmup times, then
+ * `repeats` times with a CUDA event pair around each call (clock='cuda',
+ * the default when a device is usable) or the host monotonic clock
+ * (clock='host'), synchronizing after each sample. It returns the samples
+ * in milliseconds; lua/vsalab/bench.lua turns them into statistics.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "device.h"
+#include "lua_api.h"
+
+static double
+host_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int
+opt_count(lua_State *L, int idx, const char *k, int def, int lo, int hi)
+{
+  lua_getfield(L, idx, k);
+  int v = def;
+  if (!lua_isnil(L, -1)) {
+    lua_Number n = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || n != floor(n) || n < lo || n > hi)
+      vsa_lua_errorf(L, "bench: field '%s' must be an integer in [%d, %d]", k, lo, hi);
+    v = (int)n;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Call the function at index 1 once; errors propagate (events are freed by
+ * the caller's cleanup closure below). */
+static void
+call_fn(lua_State *L)
+{
+  lua_pushvalue(L, 1);
+  lua_call(L, 0, 0);
+}
+
+typedef struct {
+  cudaEvent_t start, stop;
+} event_pair;
+
+static int
+l_events_gc(lua_State *L)
+{
+  event_pair *e = lua_touserdata(L, 1);
+  if (e->start) cudaEventDestroy(e->start);
+  if (e->stop) cudaEventDestroy(e->stop);
+  e->start = e->stop = NULL;
+  (void)cudaGetLastError();
+  return 0;
+}
+
+/* vsalab.bench_raw(fn, opts) -> {ms...}, clock name */
+static int
+l_bench_raw(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  if (lua_isnoneornil(L, 2)) lua_newtable(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  int warmup = opt_count(L, 2, "warmup", 3, 0, 1000000);
+  int repeats = opt_count(L, 2, "repeats", 20, 1, 1000000);
+  lua_getfield(L, 2, "clock");
+  const char *clock = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1);
+  int use_cuda;
+  if (!clock) {
+    int n;
+    use_cuda = vsa_device_count(&n) == 0;
+  } else if (strcmp(clock, "cuda") == 0) {
+    vsa_lua_require_cuda(L);
+    use_cuda = 1;
+  } else if (strcmp(clock, "host") == 0) {
+    use_cuda = 0;
+  } else {
+    return vsa_lua_errorf(L, "bench: field 'clock' must be 'cuda' or 'host'");
+  }
+  lua_pop(L, 1);
+  /* Events live in a userdata with __gc so an error in fn cannot leak them. */
+  event_pair *ev = lua_newuserdata(L, sizeof *ev);
+  memset(ev, 0, sizeof *ev);
+  lua_newtable(L);
+  lua_pushcfunction(L, l_events_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  if (use_cuda) {
+    vsa_lua_require_cuda(L);
+    cudaError_t e = cudaEventCreate(&ev->start);
+    if (e == cudaSuccess) e = cudaEventCreate(&ev->stop);
+    if (e != cudaSuccess) {
+      vsa_fail_cuda(e, "cudaEventCreate", __FILE__, __LINE__);
+      return vsa_lua_raise(L);
+    }
+  }
+  for (int i = 0; i < warmup; i++) call_fn(L);
+  if (use_cuda) {
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+      vsa_fail_cuda(e, "bench warm-up", __FILE__, __LINE__);
+      return vsa_lua_raise(L);
+    }
+  }
+  lua_createtable(L, repeats, 0);
+  for (int i = 0; i < repeats; i++) {
+    double ms;
+    if (use_cuda) {
+      cudaEventRecord(ev->start, 0);
+      call_fn(L);
+      cudaEventRecord(ev->stop, 0);
+      cudaError_t e = cudaEventSynchronize(ev->stop);
+      float f = 0;
+      if (e == cudaSuccess) e = cudaEventElapsedTime(&f, ev->start, ev->stop);
+      if (e != cudaSuccess) {
+        vsa_fail_cuda(e, "bench sample", __FILE__, __LINE__);
+        return vsa_lua_raise(L);
+      }
+      ms = f;
+    } else {
+      double t0 = host_ms();
+      call_fn(L);
+      ms = host_ms() - t0;
+    }
+    lua_pushnumber(L, ms);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_pushstring(L, use_cuda ? "cuda" : "host");
+  return 2;
+}
+
+/* vsalab.synchronize(): wait for the device; raises a pending CUDA error. */
+static int
+l_synchronize(lua_State *L)
+{
+  vsa_lua_require_cuda(L);
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    vsa_fail_cuda(e, "synchronize", __FILE__, __LINE__);
+    return vsa_lua_raise(L);
+  }
+  return 0;
+}
+
+static void
+set_str(lua_State *L, const char *k, const char *v)
+{
+  lua_pushstring(L, v);
+  lua_setfield(L, -2, k);
+}
+
+static void
+set_num(lua_State *L, const char *k, double v)
+{
+  lua_pushnumber(L, v);
+  lua_setfield(L, -2, k);
+}
+
+/* vsalab.device_info([n]) -> {name, cc, sm_count, driver, runtime,
+ * sm_clock_mhz, mem_clock_mhz, memory_gib, l2_mib, smem_optin_kib, index} */
+static int
+l_device_info(lua_State *L)
+{
+  vsa_lua_require_cuda(L);
+  int dev = (int)luaL_optinteger(L, 1, vsa_lua_current_device());
+  vsa_device_info d;
+  if (vsa_device_get_info(dev, &d) != 0) return vsa_lua_raise(L);
+  char buf[64];
+  lua_newtable(L);
+  set_num(L, "index", d.index);
+  set_str(L, "name", d.name);
+  snprintf(buf, sizeof buf, "%d.%d", d.cc_major, d.cc_minor);
+  set_str(L, "cc", buf);
+  set_num(L, "cc_major", d.cc_major);
+  set_num(L, "cc_minor", d.cc_minor);
+  set_num(L, "sm_count", d.sm_count);
+  snprintf(buf, sizeof buf, "%d.%d", d.driver_version / 1000, (d.driver_version % 1000) / 10);
+  set_str(L, "driver", buf);
+  snprintf(buf, sizeof buf, "%d.%d", d.runtime_version / 1000, (d.runtime_version % 1000) / 10);
+  set_str(L, "runtime", buf);
+  set_num(L, "sm_clock_mhz", d.sm_clock_khz / 1000.0);
+  set_num(L, "mem_clock_mhz", d.mem_clock_khz / 1000.0);
+  set_num(L, "memory_gib", d.total_mem_bytes / 1073741824.0);
+  set_num(L, "l2_mib", d.l2_bytes / 1048576.0);
+  set_num(L, "smem_optin_kib", d.smem_per_block_optin / 1024.0);
+  return 1;
+}
+
+/* vsalab.runtime_version() -> "13.0" (no GPU needed) */
+static int
+l_runtime_version(lua_State *L)
+{
+  char buf[32];
+  vsa_runtime_version_string(buf, sizeof buf);
+  lua_pushstring(L, buf);
+  return 1;
+}
+
+static const luaL_Reg functions[] = {
+    {"bench_raw", l_bench_raw}, {"synchronize", l_synchronize},
+    {"device_info", l_device_info}, {"runtime_version", l_runtime_version},
+    {NULL, NULL}};
+
+void
+vsa_lua_open_bench(lua_State *L)
+{
+  luaL_register(L, NULL, functions);
+}

@@ -1,0 +1,889 @@
+/* l_bsa.c — Lua bindings for block-sparse attention: metadata builders,
+ * q2k -> k2q inversion, the reference forward/backward (CPU and GPU), the
+ * fp64 oracle and comparisons. Conventions (shapes, lse format, formulas) are
+ * those of src/bsa.h; every argument error names the argument and what was
+ * expected. Block ids inside index tensors are 0-based.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bsa.h"
+#include "check.h"
+#include "kernels.h"
+#include "lua_api.h"
+
+// ----------------------------------------------------------------------------
+// argument helpers
+
+static void
+fmt_shape(const int64_t *s, int n, char *buf, size_t len)
+{
+  size_t k = snprintf(buf, len, "[");
+  for (int d = 0; d < n && k < len; d++)
+    k += snprintf(buf + k, len - k, d ? ",%lld" : "%lld", (long long)s[d]);
+  if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+/* Raise "<name>: expected shape [..], got [..]" unless t has that shape. */
+static void
+expect_shape(lua_State *L, const vsa_tensor *t, const char *name, int n,
+             const int64_t *want)
+{
+  int ok = t->ndim == n;
+  for (int d = 0; ok && d < n; d++) ok = t->shape[d] == want[d];
+  if (ok) return;
+  char a[128], b[128];
+  fmt_shape(want, n, a, sizeof a);
+  fmt_shape(t->shape, t->ndim, b, sizeof b);
+  vsa_lua_errorf(L, "%s: expected shape %s, got %s", name, a, b);
+}
+
+static void
+expect_device(lua_State *L, const vsa_tensor *t, const char *name, int dev,
+              const char *ref)
+{
+  if (t->device == dev) return;
+  vsa_lua_errorf(L, "%s: on %s%s, but %s is on %s%s", name,
+             t->device == VSA_CPU ? "cpu" : "cuda:",
+             t->device == VSA_CPU ? "" : lua_pushfstring(L, "%d", t->device),
+             ref, dev == VSA_CPU ? "cpu" : "cuda:",
+             dev == VSA_CPU ? "" : lua_pushfstring(L, "%d", dev));
+}
+
+/* An index tensor argument: i32 as is, i64 converted to a new i32 tensor
+ * (pushed on the stack, kept alive by it). */
+static vsa_tensor *
+index_arg(lua_State *L, int idx, const char *name, int ndim)
+{
+  vsa_tensor *t = luaL_testudata(L, idx, VSA_TENSOR_MT);
+  if (t && t->st && t->dtype == VSA_I64) {
+    vsa_lua_checkarg(L, idx, name, VSA_I64, ndim);
+    vsa_tensor *c = vsa_lua_newtensor(L, VSA_I32, t->device, t->ndim, t->shape);
+    if (vsa_tensor_convert(c, t) != 0) vsa_lua_raise(L);
+    lua_replace(L, idx);
+    return c;
+  }
+  return vsa_lua_checkarg(L, idx, name, VSA_I32, ndim);
+}
+
+static int
+field_int(lua_State *L, int idx, const char *k, int required, long long def,
+          long long lo, long long hi)
+{
+  lua_getfield(L, idx, k);
+  long long v = def;
+  if (lua_isnil(L, -1)) {
+    if (required) vsa_lua_errorf(L, "field '%s' is required", k);
+  } else {
+    lua_Number n = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || n != floor(n) || n < lo || n > hi)
+      vsa_lua_errorf(L, "field '%s' must be an integer in [%lld, %lld]", k, lo, hi);
+    v = (long long)n;
+  }
+  lua_pop(L, 1);
+  return (int)v;
+}
+
+static double
+field_num(lua_State *L, int idx, const char *k, double def)
+{
+  lua_getfield(L, idx, k);
+  double v = def;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TNUMBER)
+      vsa_lua_errorf(L, "field '%s' must be a number", k);
+    v = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+static int
+field_bool(lua_State *L, int idx, const char *k, int def)
+{
+  lua_getfield(L, idx, k);
+  int v = lua_isnil(L, -1) ? def : lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Device from field 'device' ("cpu", "cuda", "cuda:N"); default cpu. */
+static int
+field_device(lua_State *L, int idx)
+{
+  lua_getfield(L, idx, "device");
+  int dev = VSA_CPU;
+  if (!lua_isnil(L, -1)) {
+    const char *s = lua_tostring(L, -1);
+    int n;
+    char tail;
+    if (s && strcmp(s, "cpu") == 0) dev = VSA_CPU;
+    else if (s && strcmp(s, "cuda") == 0) dev = vsa_lua_current_device();
+    else if (s && sscanf(s, "cuda:%d%c", &n, &tail) == 1 && n >= 0) dev = n;
+    else vsa_lua_errorf(L, "field 'device' must be 'cpu', 'cuda' or 'cuda:N'");
+  }
+  lua_pop(L, 1);
+  return dev;
+}
+
+/* Copy host tensor h into a new tensor on dev (h itself when dev is cpu);
+ * the result is left on top of the stack. */
+static vsa_tensor *
+push_on_device(lua_State *L, int h_idx, int dev)
+{
+  vsa_tensor *h = lua_touserdata(L, h_idx);
+  if (dev == VSA_CPU) {
+    lua_pushvalue(L, h_idx);
+    return h;
+  }
+  vsa_tensor *d = vsa_lua_newtensor(L, h->dtype, dev, h->ndim, h->shape);
+  if (vsa_tensor_copy(d, h) != 0) vsa_lua_raise(L);
+  return d;
+}
+
+static void
+raise_cuda(lua_State *L, cudaError_t e, const char *what)
+{
+  vsa_fail_cuda(e, what, __FILE__, __LINE__);
+  vsa_lua_raise(L);
+}
+
+// ----------------------------------------------------------------------------
+// device scratch (grow-only, one per process): inversion bitmaps, errors
+
+static void *scratch;
+static size_t scratch_bytes;
+static int scratch_device = -2;
+static vsa_list_error *d_list_error;
+static vsa_compare_sums *d_compare_sums;
+
+static void *
+get_scratch(lua_State *L, int dev, size_t bytes)
+{
+  if (scratch_device != dev) {
+    if (scratch) cudaFree(scratch);
+    if (d_list_error) cudaFree(d_list_error);
+    if (d_compare_sums) cudaFree(d_compare_sums);
+    scratch = NULL;
+    d_list_error = NULL;
+    d_compare_sums = NULL;
+    scratch_bytes = 0;
+    scratch_device = dev;
+  }
+  cudaError_t e = cudaSetDevice(dev);
+  if (e == cudaSuccess && !d_list_error)
+    e = cudaMalloc((void **)&d_list_error, sizeof *d_list_error);
+  if (e == cudaSuccess && !d_compare_sums)
+    e = cudaMalloc((void **)&d_compare_sums, sizeof *d_compare_sums);
+  if (e == cudaSuccess && bytes > scratch_bytes) {
+    if (scratch) cudaFree(scratch);
+    scratch = NULL;
+    scratch_bytes = 0;
+    e = cudaMalloc(&scratch, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      lua_gc(L, LUA_GCCOLLECT, 0);
+      e = cudaMalloc(&scratch, bytes);
+    }
+    if (e == cudaSuccess) scratch_bytes = bytes;
+  }
+  if (e != cudaSuccess) raise_cuda(L, e, "scratch allocation");
+  return scratch;
+}
+
+// ----------------------------------------------------------------------------
+// metadata builders
+
+/* vsalab.video_blocks{T=, H=, W=, tile={4,4,4}, device=}
+ *   -> vbs [nblocks] i32, padded_tokens (= 64 * nblocks), nblocks */
+static int
+l_video_blocks(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int T = field_int(L, 1, "T", 1, 0, 1, 1 << 20);
+  int Hh = field_int(L, 1, "H", 1, 0, 1, 1 << 20);
+  int W = field_int(L, 1, "W", 1, 0, 1, 1 << 20);
+  int tile[3] = {4, 4, 4};
+  lua_getfield(L, 1, "tile");
+  if (!lua_isnil(L, -1)) {
+    if (!lua_istable(L, -1) || lua_objlen(L, -1) != 3)
+      vsa_lua_errorf(L, "field 'tile' must be a table of 3 integers");
+    for (int i = 0; i < 3; i++) {
+      lua_rawgeti(L, -1, i + 1);
+      tile[i] = (int)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  lua_pop(L, 1);
+  int dev = field_device(L, 1);
+  int nblocks;
+  if (vsa_build_video_blocks(T, Hh, W, tile[0], tile[1], tile[2], NULL,
+                             &nblocks) != 0)
+    return vsa_lua_raise(L);
+  int64_t sh[1] = {nblocks};
+  vsa_tensor *h = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 1, sh);
+  if (vsa_build_video_blocks(T, Hh, W, tile[0], tile[1], tile[2],
+                             vsa_tensor_data(h), &nblocks) != 0)
+    return vsa_lua_raise(L);
+  push_on_device(L, lua_gettop(L), dev);
+  lua_pushnumber(L, (lua_Number)nblocks * VSA_BLOCK);
+  lua_pushinteger(L, nblocks);
+  return 3;
+}
+
+/* vsalab.random_topk{B=, H=, nq=, nkv=, topk= | density=, width=,
+ *   ragged=false, seed=, device=} -> q2k_idx [B,H,nq,width] i32,
+ *   q2k_num [B,H,nq] i32, topk. density d gives topk = max(1, round(d*nkv)). */
+static int
+l_random_topk(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  int B = field_int(L, 1, "B", 1, 0, 1, 65535);
+  int H = field_int(L, 1, "H", 1, 0, 1, 65535);
+  int nq = field_int(L, 1, "nq", 1, 0, 1, 1 << 24);
+  int nkv = field_int(L, 1, "nkv", 1, 0, 1, 1 << 24);
+  int topk;
+  lua_getfield(L, 1, "topk");
+  int has_topk = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (has_topk) {
+    topk = field_int(L, 1, "topk", 1, 0, 0, nkv);
+  } else {
+    double d = field_num(L, 1, "density", NAN);
+    if (!(d > 0 && d <= 1))
+      return vsa_lua_errorf(L, "field 'density' must be in (0, 1] (or give 'topk')");
+    topk = (int)floor(d * nkv + 0.5);
+    if (topk < 1) topk = 1;
+  }
+  int width = field_int(L, 1, "width", 0, topk > 0 ? topk : 1, 1, 1 << 24);
+  if (width < topk) return vsa_lua_errorf(L, "field 'width' (%d) must be >= topk (%d)", width, topk);
+  int ragged = field_bool(L, 1, "ragged", 0);
+  lua_getfield(L, 1, "seed");
+  if (lua_isnil(L, -1)) return vsa_lua_errorf(L, "field 'seed' is required");
+  lua_pop(L, 1);
+  double seed = field_num(L, 1, "seed", 0);
+  if (!(seed >= 0) || seed != floor(seed))
+    return vsa_lua_errorf(L, "field 'seed' must be a non-negative integer");
+  int dev = field_device(L, 1);
+  int64_t si[4] = {B, H, nq, width}, sn[3] = {B, H, nq};
+  vsa_tensor *hi = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 4, si);
+  int hi_idx = lua_gettop(L);
+  vsa_tensor *hn = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 3, sn);
+  int hn_idx = lua_gettop(L);
+  if (vsa_build_random_topk(B, H, nq, nkv, topk, width, ragged,
+                            (uint64_t)seed, vsa_tensor_data(hi),
+                            vsa_tensor_data(hn)) != 0)
+    return vsa_lua_raise(L);
+  push_on_device(L, hi_idx, dev);
+  push_on_device(L, hn_idx, dev);
+  lua_pushinteger(L, topk);
+  return 3;
+}
+
+/* vsalab.pair_count(num) -> the sum of a count tensor (selected pairs). */
+static int
+l_pair_count(lua_State *L)
+{
+  vsa_tensor *t = vsa_lua_checkarg(L, 1, "num", VSA_I32, -1);
+  int64_t n = vsa_tensor_numel(t);
+  vsa_tensor *h = t;
+  if (t->device != VSA_CPU) {
+    h = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, t->ndim, t->shape);
+    if (vsa_tensor_copy(h, t) != 0) return vsa_lua_raise(L);
+  }
+  const int32_t *p = vsa_tensor_data(h);
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += p[i];
+  lua_pushnumber(L, s);
+  return 1;
+}
+
+// ----------------------------------------------------------------------------
+// inversion
+
+/* Invert lists idx [BH.., rows, width] / num -> out_idx [.., cols, rows],
+ * out_num, on the lists' device. what/num_name/row_name name things in
+ * errors. */
+static void
+invert_into(lua_State *L, const vsa_tensor *idx, const vsa_tensor *num,
+            int H, int cols, vsa_tensor *out_idx, vsa_tensor *out_num,
+            int check, const char *what, const char *num_name,
+            const char *row_name)
+{
+  int BH = (int)(idx->shape[0] * idx->shape[1]);
+  int rows = (int)idx->shape[2], width = (int)idx->shape[3];
+  vsa_list_error err = {0};
+  if (idx->device == VSA_CPU) {
+    if (vsa_invert_cpu(vsa_tensor_data(idx), vsa_tensor_data(num), BH, rows,
+                       width, cols, vsa_tensor_data(out_idx),
+                       vsa_tensor_data(out_num), &err) == 0)
+      return;
+    if (err.code == VSA_LIST_OK) vsa_lua_raise(L);
+    /* The CPU inverter knows only bh: split it here. */
+    err.h = err.b % H;
+    err.b = err.b / H;
+  } else {
+    size_t bytes = bsa_invert_scratch_bytes(BH, rows, cols);
+    void *ws = get_scratch(L, idx->device, bytes);
+    cudaError_t e = bsa_invert(vsa_tensor_data(idx), vsa_tensor_data(num), BH,
+                               rows, width, cols, vsa_tensor_data(out_idx),
+                               vsa_tensor_data(out_num), ws, d_list_error, H, 0);
+    if (e != cudaSuccess) raise_cuda(L, e, "bsa_invert");
+    if (!check) return;
+    e = cudaMemcpy(&err, d_list_error, sizeof err, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) raise_cuda(L, e, "bsa_invert");
+    if (err.code == VSA_LIST_OK) return;
+  }
+  char msg[256];
+  int range = err.code == VSA_LIST_COUNT_RANGE ? width : cols;
+  vsa_list_error_format(&err, err.code == VSA_LIST_COUNT_RANGE ? num_name : what,
+                        row_name, range, msg, sizeof msg);
+  vsa_lua_errorf(L, "%s", msg);
+}
+
+/* Check a list pair idx [B,H,rows,width] i32 and num [B,H,rows] i32 on one
+ * device; returns via pointers (converted i64 replaces the arguments). */
+static void
+list_pair(lua_State *L, int i_idx, int n_idx, const char *iname,
+          const char *nname, vsa_tensor **idx, vsa_tensor **num)
+{
+  *idx = index_arg(L, i_idx, iname, 4);
+  *num = index_arg(L, n_idx, nname, 3);
+  int64_t want[3] = {(*idx)->shape[0], (*idx)->shape[1], (*idx)->shape[2]};
+  expect_shape(L, *num, nname, 3, want);
+  expect_device(L, *num, nname, (*idx)->device, iname);
+  if ((*idx)->shape[3] < 1)
+    vsa_lua_errorf(L, "%s: list width must be >= 1", iname);
+}
+
+/* vsalab.invert_indices(q2k_idx, q2k_num, num_kv_blocks [, {out={idx, num},
+ *   check=true}]) -> k2q_idx [B,H,nkv,nq] i32 (ascending q, -1 padded),
+ *   k2q_num [B,H,nkv] i32. check=false skips reading the validation flag
+ *   back (for timing; the kernel still never reads out of bounds). */
+static int
+l_invert_indices(lua_State *L)
+{
+  vsa_tensor *idx, *num;
+  list_pair(L, 1, 2, "q2k_idx", "q2k_num", &idx, &num);
+  int nkv = (int)luaL_checkinteger(L, 3);
+  luaL_argcheck(L, nkv >= 1 && nkv <= (1 << 24), 3, "num_kv_blocks must be in [1, 2^24]");
+  int check = 1;
+  vsa_tensor *oi = NULL, *on = NULL;
+  int64_t si[4] = {idx->shape[0], idx->shape[1], nkv, idx->shape[2]};
+  int64_t sn[3] = {idx->shape[0], idx->shape[1], nkv};
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    check = field_bool(L, 4, "check", 1);
+    lua_getfield(L, 4, "out");
+    if (!lua_isnil(L, -1)) {
+      luaL_checktype(L, -1, LUA_TTABLE);
+      int t = lua_gettop(L);
+      lua_rawgeti(L, t, 1);
+      oi = vsa_lua_checkarg(L, lua_gettop(L), "out[1] (k2q_idx)", VSA_I32, 4);
+      lua_rawgeti(L, t, 2);
+      on = vsa_lua_checkarg(L, lua_gettop(L), "out[2] (k2q_num)", VSA_I32, 3);
+      expect_shape(L, oi, "out[1] (k2q_idx)", 4, si);
+      expect_shape(L, on, "out[2] (k2q_num)", 3, sn);
+      expect_device(L, oi, "out[1] (k2q_idx)", idx->device, "q2k_idx");
+      expect_device(L, on, "out[2] (k2q_num)", idx->device, "q2k_idx");
+    }
+  }
+  if (!oi) {
+    oi = vsa_lua_newtensor(L, VSA_I32, idx->device, 4, si);
+    on = vsa_lua_newtensor(L, VSA_I32, idx->device, 3, sn);
+  }
+  int oi_idx = lua_gettop(L) - 1;
+  invert_into(L, idx, num, (int)idx->shape[1], nkv, oi, on, check, "q2k_idx",
+              "q2k_num", "q block");
+  lua_pushvalue(L, oi_idx);
+  lua_pushvalue(L, oi_idx + 1);
+  return 2;
+}
+
+// ----------------------------------------------------------------------------
+// attention argument checks
+
+typedef struct {
+  int64_t B, H, Sq, Skv, D;
+  int device;
+} attn_dims;
+
+/* q-like [B,H,S,D] bf16 at idx; fills dims from it. */
+static vsa_tensor *
+qkv_arg(lua_State *L, int idx, const char *name, attn_dims *d, int is_q,
+        const char *qname)
+{
+  vsa_tensor *t = vsa_lua_checkarg(L, idx, name, VSA_BF16, 4);
+  if (is_q) {
+    d->B = t->shape[0];
+    d->H = t->shape[1];
+    d->Sq = t->shape[2];
+    d->D = t->shape[3];
+    d->device = t->device;
+    if (d->Sq % VSA_BLOCK != 0 || d->Sq == 0)
+      vsa_lua_errorf(L, "%s: sequence length %lld is not a positive multiple of 64",
+                 name, (long long)d->Sq);
+    if (d->D % 16 != 0 || d->D < 16 || d->D > 256)
+      vsa_lua_errorf(L, "%s: head dim %lld must be a multiple of 16 in [16, 256]",
+                 name, (long long)d->D);
+    if (d->device != VSA_CPU && d->D != 64 && d->D != 128)
+      vsa_lua_errorf(L, "%s: head dim %lld is not supported on the GPU (64 or 128)",
+                 name, (long long)d->D);
+    if (d->B * d->H > 65535)
+      vsa_lua_errorf(L, "%s: B*H = %lld exceeds 65535", name, (long long)(d->B * d->H));
+    return t;
+  }
+  expect_device(L, t, name, d->device, qname);
+  if (t->shape[0] != d->B || t->shape[1] != d->H || t->shape[3] != d->D) {
+    int64_t want[4] = {d->B, d->H, t->shape[2], d->D};
+    expect_shape(L, t, name, 4, want);
+  }
+  return t;
+}
+
+static vsa_tensor *
+vbs_arg(lua_State *L, int idx, const attn_dims *d)
+{
+  vsa_tensor *t = index_arg(L, idx, "variable_block_sizes", 1);
+  int64_t want[1] = {d->Skv / VSA_BLOCK};
+  expect_shape(L, t, "variable_block_sizes", 1, want);
+  expect_device(L, t, "variable_block_sizes", d->device, "q");
+  /* Read back (nkv ints): a size outside [0, 64] would index out of bounds. */
+  vsa_tensor *h = t;
+  if (t->device != VSA_CPU) {
+    h = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 1, t->shape);
+    if (vsa_tensor_copy(h, t) != 0) vsa_lua_raise(L);
+  }
+  const int32_t *p = vsa_tensor_data(h);
+  for (int64_t j = 0; j < want[0]; j++)
+    if (p[j] < 0 || p[j] > VSA_BLOCK)
+      vsa_lua_errorf(L, "variable_block_sizes: entry %d is %d, expected [0, 64]",
+                 (int)j, p[j]);
+  if (h != t) lua_pop(L, 1);
+  return t;
+}
+
+static float
+opt_sm_scale(lua_State *L, int idx, const attn_dims *d)
+{
+  double s = 1.0 / sqrt((double)d->D);
+  if (!lua_isnoneornil(L, idx)) {
+    luaL_checktype(L, idx, LUA_TTABLE);
+    s = field_num(L, idx, "sm_scale", s);
+    if (!(s > 0) || !isfinite(s))
+      vsa_lua_errorf(L, "field 'sm_scale' must be a positive finite number");
+  }
+  return (float)s;
+}
+
+static void
+fill_shape(const attn_dims *d, vsa_shape *s, float sm_scale)
+{
+  s->B = (int)d->B;
+  s->H = (int)d->H;
+  s->Sq = (int)d->Sq;
+  s->Skv = (int)d->Skv;
+  s->D = (int)d->D;
+  s->sm_scale = sm_scale;
+}
+
+// ----------------------------------------------------------------------------
+// reference forward / backward
+
+/* vsalab.forward_ref(q, k, v, q2k_idx, q2k_num, variable_block_sizes
+ *   [, {sm_scale=1/sqrt(D)}]) -> o [B,H,Sq,D] bf16, lse [B,H,Sq] f32 (M
+ *   format). The lists are validated (by inverting them) before use. */
+static int
+l_forward_ref(lua_State *L)
+{
+  attn_dims d;
+  vsa_tensor *q = qkv_arg(L, 1, "q", &d, 1, NULL);
+  vsa_tensor *k = qkv_arg(L, 2, "k", &d, 0, "q");
+  d.Skv = k->shape[2];
+  if (d.Skv % VSA_BLOCK != 0 || d.Skv == 0)
+    return vsa_lua_errorf(L, "k: sequence length %lld is not a positive multiple of 64",
+                      (long long)d.Skv);
+  vsa_tensor *v = qkv_arg(L, 3, "v", &d, 0, "q");
+  expect_shape(L, v, "v", 4, k->shape);
+  vsa_tensor *idx, *num;
+  list_pair(L, 4, 5, "q2k_idx", "q2k_num", &idx, &num);
+  int64_t want[3] = {d.B, d.H, d.Sq / VSA_BLOCK};
+  expect_shape(L, num, "q2k_num", 3, want);
+  expect_device(L, idx, "q2k_idx", d.device, "q");
+  vsa_tensor *vbs = vbs_arg(L, 6, &d);
+  float sm = opt_sm_scale(L, 7, &d);
+  lua_settop(L, 6);
+  int nq = (int)(d.Sq / VSA_BLOCK), nkv = (int)(d.Skv / VSA_BLOCK);
+  /* Validate the lists by inverting them (errors name q2k_idx / q2k_num). */
+  int64_t si[4] = {d.B, d.H, nkv, nq}, sn[3] = {d.B, d.H, nkv};
+  vsa_tensor *ti = vsa_lua_newtensor(L, VSA_I32, d.device, 4, si);
+  vsa_tensor *tn = vsa_lua_newtensor(L, VSA_I32, d.device, 3, sn);
+  invert_into(L, idx, num, (int)d.H, nkv, ti, tn, 1, "q2k_idx", "q2k_num",
+              "q block");
+  /* ...and back: each q row's kv list in ascending order, so the result does
+   * not depend on the order of the caller's lists. */
+  int64_t ci[4] = {d.B, d.H, nq, nkv};
+  idx = vsa_lua_newtensor(L, VSA_I32, d.device, 4, ci);
+  num = vsa_lua_newtensor(L, VSA_I32, d.device, 3, want);
+  invert_into(L, ti, tn, (int)d.H, nq, idx, num, 1, "k2q_idx", "k2q_num",
+              "kv block");
+  vsa_tensor_release(ti);
+  vsa_tensor_release(tn);
+
+  vsa_shape s;
+  fill_shape(&d, &s, sm);
+  int64_t so[4] = {d.B, d.H, d.Sq, d.D}, sl[3] = {d.B, d.H, d.Sq};
+  vsa_tensor *of = vsa_lua_newtensor(L, VSA_F32, d.device, 4, so);
+  vsa_tensor *o = vsa_lua_newtensor(L, VSA_BF16, d.device, 4, so);
+  vsa_tensor *lse = vsa_lua_newtensor(L, VSA_F32, d.device, 3, sl);
+  int width = nkv;
+  /* Poison: every element must be written by the kernels. */
+  if (vsa_tensor_fill(lse, NAN) != 0 || vsa_tensor_fill(of, NAN) != 0)
+    return vsa_lua_raise(L);
+  if (d.device == VSA_CPU) {
+    if (vsa_forward_ref_cpu(&s, vsa_tensor_data(q), vsa_tensor_data(k),
+                            vsa_tensor_data(v), vsa_tensor_data(idx),
+                            vsa_tensor_data(num), width, vsa_tensor_data(vbs),
+                            vsa_tensor_data(of), vsa_tensor_data(lse)) != 0)
+      return vsa_lua_raise(L);
+  } else {
+    cudaError_t e = bsa_forward_ref(&s, vsa_tensor_data(q), vsa_tensor_data(k),
+                                    vsa_tensor_data(v), vsa_tensor_data(idx),
+                                    vsa_tensor_data(num), width,
+                                    vsa_tensor_data(vbs), vsa_tensor_data(of),
+                                    vsa_tensor_data(lse), 0);
+    if (e != cudaSuccess) raise_cuda(L, e, "bsa_forward_ref");
+  }
+  if (vsa_tensor_convert(o, of) != 0) return vsa_lua_raise(L);
+  vsa_tensor_release(of);
+  return 2;
+}
+
+/* vsalab.backward_ref(dO, q, k, v, o, lse, k2q_idx, k2q_num,
+ *   variable_block_sizes [, {sm_scale=1/sqrt(D), out_dtype='bf16'}])
+ *   -> dq [B,H,Sq,D], dk, dv [B,H,Skv,D] (bf16 or f32; dq and dk carry
+ *   sm_scale). k2q lists are validated (by inverting them to q2k, which the
+ *   dq pass uses). */
+static int
+l_backward_ref(lua_State *L)
+{
+  attn_dims d;
+  vsa_tensor *q = qkv_arg(L, 2, "q", &d, 1, NULL);
+  vsa_tensor *dO = qkv_arg(L, 1, "dO", &d, 0, "q");
+  expect_shape(L, dO, "dO", 4, q->shape);
+  vsa_tensor *k = qkv_arg(L, 3, "k", &d, 0, "q");
+  d.Skv = k->shape[2];
+  if (d.Skv % VSA_BLOCK != 0 || d.Skv == 0)
+    return vsa_lua_errorf(L, "k: sequence length %lld is not a positive multiple of 64",
+                      (long long)d.Skv);
+  vsa_tensor *v = qkv_arg(L, 4, "v", &d, 0, "q");
+  expect_shape(L, v, "v", 4, k->shape);
+  vsa_tensor *o = qkv_arg(L, 5, "o", &d, 0, "q");
+  expect_shape(L, o, "o", 4, q->shape);
+  vsa_tensor *lse = vsa_lua_checkarg(L, 6, "lse", VSA_F32, 3);
+  int64_t sl[3] = {d.B, d.H, d.Sq};
+  expect_shape(L, lse, "lse", 3, sl);
+  expect_device(L, lse, "lse", d.device, "q");
+  vsa_tensor *kidx, *knum;
+  list_pair(L, 7, 8, "k2q_idx", "k2q_num", &kidx, &knum);
+  int nq = (int)(d.Sq / VSA_BLOCK), nkv = (int)(d.Skv / VSA_BLOCK);
+  int64_t wantn[3] = {d.B, d.H, nkv};
+  expect_shape(L, knum, "k2q_num", 3, wantn);
+  expect_device(L, kidx, "k2q_idx", d.device, "q");
+  vsa_tensor *vbs = vbs_arg(L, 9, &d);
+  float sm = opt_sm_scale(L, 10, &d);
+  vsa_dtype out_dt = VSA_BF16;
+  if (lua_istable(L, 10)) {
+    lua_getfield(L, 10, "out_dtype");
+    if (!lua_isnil(L, -1)) {
+      const char *s = lua_tostring(L, -1);
+      if (!s || (strcmp(s, "bf16") != 0 && strcmp(s, "f32") != 0))
+        return vsa_lua_errorf(L, "field 'out_dtype' must be 'bf16' or 'f32'");
+      out_dt = strcmp(s, "f32") == 0 ? VSA_F32 : VSA_BF16;
+    }
+    lua_pop(L, 1);
+  }
+  lua_settop(L, 9);
+  /* q2k from k2q: the same inversion, rows and columns swapped. */
+  int64_t qi[4] = {d.B, d.H, nq, nkv}, qn[3] = {d.B, d.H, nq};
+  vsa_tensor *q2k_idx = vsa_lua_newtensor(L, VSA_I32, d.device, 4, qi);
+  vsa_tensor *q2k_num = vsa_lua_newtensor(L, VSA_I32, d.device, 3, qn);
+  invert_into(L, kidx, knum, (int)d.H, nq, q2k_idx, q2k_num, 1, "k2q_idx",
+              "k2q_num", "kv block");
+  /* ...and back, so dk/dv sum their q blocks in ascending order whatever
+   * order the caller's k2q lists have (bitwise-deterministic dk/dv). */
+  int64_t ki[4] = {d.B, d.H, nkv, nq};
+  kidx = vsa_lua_newtensor(L, VSA_I32, d.device, 4, ki);
+  knum = vsa_lua_newtensor(L, VSA_I32, d.device, 3, wantn);
+  invert_into(L, q2k_idx, q2k_num, (int)d.H, nkv, kidx, knum, 1, "q2k_idx",
+              "q2k_num", "q block");
+
+  vsa_shape s;
+  fill_shape(&d, &s, sm);
+  int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
+  vsa_tensor *dq = vsa_lua_newtensor(L, VSA_F32, d.device, 4, sq);
+  vsa_tensor *dk = vsa_lua_newtensor(L, VSA_F32, d.device, 4, sk);
+  vsa_tensor *dv = vsa_lua_newtensor(L, VSA_F32, d.device, 4, sk);
+  vsa_tensor *delta = vsa_lua_newtensor(L, VSA_F32, d.device, 3, sl);
+  int kw = nq;
+  /* Poison: any element the kernels fail to write stays NaN and fails checks. */
+  vsa_tensor *poison[4] = {dq, dk, dv, delta};
+  for (int i = 0; i < 4; i++)
+    if (vsa_tensor_fill(poison[i], NAN) != 0) return vsa_lua_raise(L);
+  if (d.device == VSA_CPU) {
+    if (vsa_backward_ref_cpu(&s, vsa_tensor_data(dO), vsa_tensor_data(q),
+                             vsa_tensor_data(k), vsa_tensor_data(v),
+                             vsa_tensor_data(o), vsa_tensor_data(lse),
+                             vsa_tensor_data(kidx), vsa_tensor_data(knum), kw,
+                             vsa_tensor_data(q2k_idx), vsa_tensor_data(q2k_num),
+                             nkv, vsa_tensor_data(vbs), vsa_tensor_data(dq),
+                             vsa_tensor_data(dk), vsa_tensor_data(dv),
+                             vsa_tensor_data(delta)) != 0)
+      return vsa_lua_raise(L);
+  } else {
+    cudaError_t e = bsa_backward_ref(
+        &s, vsa_tensor_data(dO), vsa_tensor_data(q), vsa_tensor_data(k),
+        vsa_tensor_data(v), vsa_tensor_data(o), vsa_tensor_data(lse),
+        vsa_tensor_data(kidx), vsa_tensor_data(knum), kw,
+        vsa_tensor_data(q2k_idx), vsa_tensor_data(q2k_num), nkv,
+        vsa_tensor_data(vbs), vsa_tensor_data(dq), vsa_tensor_data(dk),
+        vsa_tensor_data(dv), vsa_tensor_data(delta), 0);
+    if (e != cudaSuccess) raise_cuda(L, e, "bsa_backward_ref");
+  }
+  vsa_tensor_release(q2k_idx);
+  vsa_tensor_release(q2k_num);
+  vsa_tensor_release(kidx);
+  vsa_tensor_release(knum);
+  vsa_tensor_release(delta);
+  if (out_dt == VSA_F32) {
+    lua_pop(L, 1); /* delta */
+    return 3;
+  }
+  vsa_tensor *outs[3] = {dq, dk, dv};
+  for (int i = 0; i < 3; i++) {
+    vsa_tensor *b = vsa_lua_newtensor(L, VSA_BF16, d.device, 4, outs[i]->shape);
+    if (vsa_tensor_convert(b, outs[i]) != 0) return vsa_lua_raise(L);
+    vsa_tensor_release(outs[i]);
+  }
+  return 3;
+}
+
+// ----------------------------------------------------------------------------
+// fp64 oracle
+
+/* Field k of table idx as a contiguous f64 CPU tensor (pushed); NULL when
+ * absent and optional. */
+static vsa_tensor *
+field_f64(lua_State *L, int idx, const char *k, int required)
+{
+  lua_getfield(L, idx, k);
+  if (lua_isnil(L, -1)) {
+    if (required) vsa_lua_errorf(L, "field '%s' is required", k);
+    lua_pop(L, 1);
+    return NULL;
+  }
+  vsa_tensor *t = luaL_testudata(L, -1, VSA_TENSOR_MT);
+  if (!t) vsa_lua_errorf(L, "field '%s' must be a tensor", k);
+  if (!t->st) vsa_lua_errorf(L, "field '%s': tensor was freed", k);
+  vsa_tensor *h = vsa_lua_newtensor(L, VSA_F64, VSA_CPU, t->ndim, t->shape);
+  if (t->device != VSA_CPU) {
+    vsa_tensor *c = vsa_lua_newtensor(L, t->dtype, VSA_CPU, t->ndim, t->shape);
+    if (vsa_tensor_copy(c, t) != 0) vsa_lua_raise(L);
+    if (vsa_tensor_convert(h, c) != 0) vsa_lua_raise(L);
+    lua_pop(L, 1);
+  } else if (vsa_tensor_convert(h, t) != 0) {
+    vsa_lua_raise(L);
+  }
+  lua_remove(L, -2);
+  return h;
+}
+
+static vsa_tensor *
+field_i32_host(lua_State *L, int idx, const char *k)
+{
+  lua_getfield(L, idx, k);
+  vsa_tensor *t = luaL_testudata(L, -1, VSA_TENSOR_MT);
+  if (!t) vsa_lua_errorf(L, "field '%s' must be a tensor", k);
+  if (!t->st) vsa_lua_errorf(L, "field '%s': tensor was freed", k);
+  vsa_tensor *h = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, t->ndim, t->shape);
+  if (t->dtype == VSA_I32) {
+    if (vsa_tensor_copy(h, t) != 0) vsa_lua_raise(L);
+  } else {
+    vsa_tensor *c = vsa_lua_newtensor(L, t->dtype, VSA_CPU, t->ndim, t->shape);
+    if (vsa_tensor_copy(c, t) != 0 || vsa_tensor_convert(h, c) != 0)
+      vsa_lua_raise(L);
+    lua_pop(L, 1);
+  }
+  lua_remove(L, -2);
+  return h;
+}
+
+/* Optional list of 0-based integers in field k -> malloc'd array (count in
+ * *n, -1 when absent). Kept alive as a userdata on the stack. */
+static int32_t *
+field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
+{
+  lua_getfield(L, idx, k);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    *n = -1;
+    lua_pushnil(L);
+    return NULL;
+  }
+  if (!lua_istable(L, -1)) vsa_lua_errorf(L, "field '%s' must be a list of ids", k);
+  int m = (int)lua_objlen(L, -1);
+  int32_t *ids = lua_newuserdata(L, sizeof(int32_t) * (m > 0 ? m : 1));
+  for (int i = 0; i < m; i++) {
+    lua_rawgeti(L, -2, i + 1);
+    lua_Number v = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || v != floor(v) || v < 0 || v >= limit)
+      vsa_lua_errorf(L, "field '%s': entry %d must be an id in [0, %d)", k, i + 1, limit);
+    ids[i] = (int32_t)v;
+    lua_pop(L, 1);
+  }
+  lua_remove(L, -2);
+  *n = m;
+  return ids;
+}
+
+/* vsalab.oracle{q=, k=, v=, dO=, q2k_idx=, q2k_num=, variable_block_sizes=,
+ *   o=?, lse=?, sm_scale=?, bh=?, q_blocks=?, kv_blocks=?}
+ *   -> {o=, lse=, dq=, dk=, dv=}: f64 CPU tensors (dq, dk carry sm_scale).
+ * fp64 brute force on the host (src/oracle.c). With o/lse given it computes
+ * the backward of those (the backward's contract); otherwise its own
+ * forward. bh (0-based b*H+h), q_blocks and kv_blocks restrict the work to
+ * a spot check; rows not produced stay NaN. */
+static int
+l_oracle(lua_State *L)
+{
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  vsa_tensor *q = field_f64(L, 1, "q", 1);
+  vsa_tensor *k = field_f64(L, 1, "k", 1);
+  vsa_tensor *v = field_f64(L, 1, "v", 1);
+  vsa_tensor *dO = field_f64(L, 1, "dO", 1);
+  vsa_tensor *o = field_f64(L, 1, "o", 0);
+  vsa_tensor *lse = field_f64(L, 1, "lse", 0);
+  if ((o == NULL) != (lse == NULL))
+    return vsa_lua_errorf(L, "fields 'o' and 'lse' go together");
+  vsa_tensor *idx = field_i32_host(L, 1, "q2k_idx");
+  vsa_tensor *num = field_i32_host(L, 1, "q2k_num");
+  vsa_tensor *vbs = field_i32_host(L, 1, "variable_block_sizes");
+  if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || dO->ndim != 4)
+    return vsa_lua_errorf(L, "q, k, v, dO must be [B,H,S,D]");
+  attn_dims d = {q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], VSA_CPU};
+  if (d.Sq % 64 || d.Skv % 64) return vsa_lua_errorf(L, "sequence lengths must be multiples of 64");
+  expect_shape(L, dO, "dO", 4, q->shape);
+  expect_shape(L, v, "v", 4, k->shape);
+  int64_t wn[3] = {d.B, d.H, d.Sq / 64}, wv[1] = {d.Skv / 64};
+  expect_shape(L, num, "q2k_num", 3, wn);
+  expect_shape(L, vbs, "variable_block_sizes", 1, wv);
+  if (idx->ndim != 4 || idx->shape[2] != wn[2])
+    return vsa_lua_errorf(L, "q2k_idx: expected [B,H,nq,width]");
+  vsa_oracle_args a = {0};
+  a.B = (int)d.B; a.H = (int)d.H; a.Sq = (int)d.Sq; a.Skv = (int)d.Skv; a.D = (int)d.D;
+  a.sm_scale = field_num(L, 1, "sm_scale", 1.0 / sqrt((double)d.D));
+  a.q = vsa_tensor_data(q); a.k = vsa_tensor_data(k); a.v = vsa_tensor_data(v);
+  a.dO = vsa_tensor_data(dO);
+  a.o_in = o ? vsa_tensor_data(o) : NULL;
+  a.lse_in = lse ? vsa_tensor_data(lse) : NULL;
+  a.q2k_idx = vsa_tensor_data(idx); a.q2k_num = vsa_tensor_data(num);
+  a.q2k_width = (int)idx->shape[3];
+  a.vbs = vsa_tensor_data(vbs);
+  a.bh_list = field_ids(L, 1, "bh", &a.n_bh, (int)(d.B * d.H));
+  a.q_blocks = field_ids(L, 1, "q_blocks", &a.n_q_blocks, (int)wn[2]);
+  a.kv_blocks = field_ids(L, 1, "kv_blocks", &a.n_kv_blocks, (int)wv[0]);
+  int64_t so[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D}, sl[3] = {d.B, d.H, d.Sq};
+  lua_newtable(L);
+  const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
+  vsa_tensor *outs[5];
+  for (int i = 0; i < 5; i++) {
+    outs[i] = vsa_lua_newtensor(L, VSA_F64, VSA_CPU, i == 1 ? 3 : 4,
+                                i == 1 ? sl : (i >= 3 ? sk : so));
+    vsa_tensor_fill(outs[i], NAN);
+    lua_setfield(L, -2, names[i]);
+  }
+  if (vsa_oracle(&a, vsa_tensor_data(outs[0]), vsa_tensor_data(outs[1]),
+                 vsa_tensor_data(outs[2]), vsa_tensor_data(outs[3]),
+                 vsa_tensor_data(outs[4])) != 0)
+    return vsa_lua_raise(L);
+  return 1;
+}
+
+// ----------------------------------------------------------------------------
+// comparison
+
+/* vsalab.compare(x, ref) -> {rel_l2, max_abs, norm_ratio, nonfinite,
+ *   nonfinite_x, nonfinite_ref, n}; any float dtypes, same shape; tensors on
+ * different devices are compared on the host. rel_l2 = ‖x−ref‖/‖ref‖ (‖x‖
+ * when ref is all zero); sums in fp64. */
+static int
+l_compare(lua_State *L)
+{
+  vsa_tensor *x = vsa_lua_checktensor(L, 1);
+  vsa_tensor *r = vsa_lua_checktensor(L, 2);
+  if (x->dtype == VSA_I32 || x->dtype == VSA_I64 || r->dtype == VSA_I32 ||
+      r->dtype == VSA_I64)
+    return vsa_lua_errorf(L, "compare: expected float tensors, got %s and %s",
+                      vsa_dtype_name(x->dtype), vsa_dtype_name(r->dtype));
+  expect_shape(L, x, "compare: x", r->ndim, r->shape);
+  int64_t n = vsa_tensor_numel(x);
+  vsa_compare_sums s = {0};
+  if (x->device != VSA_CPU && x->device == r->device &&
+      vsa_tensor_is_contiguous(x) && vsa_tensor_is_contiguous(r)) {
+    get_scratch(L, x->device, 0);
+    cudaError_t e = cudaMemset(d_compare_sums, 0, sizeof s);
+    if (e == cudaSuccess)
+      e = vsa_compare(vsa_tensor_data(x), x->dtype, vsa_tensor_data(r),
+                      r->dtype, n, d_compare_sums, 0);
+    if (e == cudaSuccess)
+      e = cudaMemcpy(&s, d_compare_sums, sizeof s, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) raise_cuda(L, e, "compare");
+  } else {
+    vsa_tensor *hx = vsa_lua_newtensor(L, x->dtype, VSA_CPU, x->ndim, x->shape);
+    vsa_tensor *hr = vsa_lua_newtensor(L, r->dtype, VSA_CPU, r->ndim, r->shape);
+    if (vsa_tensor_copy(hx, x) != 0 || vsa_tensor_copy(hr, r) != 0)
+      return vsa_lua_raise(L);
+    vsa_compare_cpu(vsa_tensor_data(hx), hx->dtype, vsa_tensor_data(hr),
+                    hr->dtype, n, &s);
+  }
+  lua_newtable(L);
+  double nr = sqrt(s.ref2), nx = sqrt(s.x2), nd = sqrt(s.diff2);
+  lua_pushnumber(L, nr > 0 ? nd / nr : nd);
+  lua_setfield(L, -2, "rel_l2");
+  lua_pushnumber(L, s.max_abs);
+  lua_setfield(L, -2, "max_abs");
+  lua_pushnumber(L, nr > 0 ? nx / nr : (nx > 0 ? INFINITY : 1.0));
+  lua_setfield(L, -2, "norm_ratio");
+  lua_pushnumber(L, (lua_Number)(s.nonfinite_x + s.nonfinite_ref));
+  lua_setfield(L, -2, "nonfinite");
+  lua_pushnumber(L, (lua_Number)s.nonfinite_x);
+  lua_setfield(L, -2, "nonfinite_x");
+  lua_pushnumber(L, (lua_Number)s.nonfinite_ref);
+  lua_setfield(L, -2, "nonfinite_ref");
+  lua_pushnumber(L, (lua_Number)n);
+  lua_setfield(L, -2, "n");
+  /* Raw sums, so callers can pool several comparisons into one rel L2. */
+  lua_pushnumber(L, s.diff2);
+  lua_setfield(L, -2, "diff2");
+  lua_pushnumber(L, s.ref2);
+  lua_setfield(L, -2, "ref2");
+  lua_pushnumber(L, s.x2);
+  lua_setfield(L, -2, "x2");
+  return 1;
+}
+
+static const luaL_Reg functions[] = {
+    {"video_blocks", l_video_blocks}, {"random_topk", l_random_topk},
+    {"pair_count", l_pair_count}, {"invert_indices", l_invert_indices},
+    {"forward_ref", l_forward_ref}, {"backward_ref", l_backward_ref},
+    {"oracle", l_oracle}, {"compare", l_compare},
+    {NULL, NULL}};
+
+void
+vsa_lua_open_bsa(lua_State *L)
+{
+  luaL_register(L, NULL, functions);
+}

@@ -1,0 +1,115 @@
+/* main.c — the vsalab command line.
+ *
+ *   vsalab run [--db PATH] [--device N] [--seed N] SCRIPT [args...]
+ *   vsalab --version | help
+ *
+ * Exit status: 0 on success, 1 when the script raised an error (the message
+ * and Lua traceback go to stderr), 2 on a usage error.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lua.h>
+
+#include "host.h"
+
+#ifndef VSA_VERSION
+#define VSA_VERSION "0.0.0"
+#endif
+#ifndef VSA_GIT_REV
+#define VSA_GIT_REV "unknown"
+#endif
+
+static const char usage[] =
+    "vsalab — block-sparse attention backward kernels: run, check, measure.\n"
+    "\n"
+    "usage:\n"
+    "  vsalab run [options] SCRIPT [args...]  run a Lua experiment script\n"
+    "  vsalab --version                       print the version\n"
+    "  vsalab help                            print this text\n"
+    "\n"
+    "options (before SCRIPT):\n"
+    "  --db PATH     results database (default: results.db here)\n"
+    "  --device N    CUDA device for new tensors (default: 0)\n"
+    "  --seed N      run seed handed to the script (default: 1234)\n"
+    "\n"
+    "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
+    "The `vsalab` module is loaded as a global; README.md documents its API.\n";
+
+static int
+parse_long(const char *s, long long lo, long long *out)
+{
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (!*s || *end || v < lo) return -1;
+  *out = v;
+  return 0;
+}
+
+static int
+cmd_run(int argc, char **argv)
+{
+  vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 1234};
+  int i = 0;
+  for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
+    const char *opt = argv[i];
+    if (strcmp(opt, "--") == 0) {
+      i++;
+      break;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "vsalab: option %s needs a value\n", opt);
+      return 2;
+    }
+    const char *val = argv[++i];
+    long long n;
+    if (strcmp(opt, "--db") == 0) {
+      o.db_path = val;
+    } else if (strcmp(opt, "--device") == 0) {
+      if (parse_long(val, 0, &n) != 0 || n > 1024) {
+        fprintf(stderr, "vsalab: --device expects a device number, got '%s'\n", val);
+        return 2;
+      }
+      o.device = (int)n;
+    } else if (strcmp(opt, "--seed") == 0) {
+      if (parse_long(val, 0, &n) != 0 || n > (1LL << 52)) {
+        fprintf(stderr, "vsalab: --seed expects an integer in [0, 2^52], got '%s'\n", val);
+        return 2;
+      }
+      o.seed = n;
+    } else {
+      fprintf(stderr, "vsalab: unknown option %s (see vsalab help)\n", opt);
+      return 2;
+    }
+  }
+  if (i >= argc) {
+    fprintf(stderr, "vsalab: run needs a SCRIPT (see vsalab help)\n");
+    return 2;
+  }
+  o.script = argv[i];
+  o.argc = argc - i - 1;
+  o.argv = argv + i + 1;
+  lua_State *L = vsa_host_new(&o);
+  if (!L) return 1;
+  int rc = vsa_host_run_script(L, &o);
+  lua_close(L);
+  return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+  if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
+      strcmp(argv[1], "-h") == 0) {
+    fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("vsalab %s (%s)\n", VSA_VERSION, VSA_GIT_REV);
+    return 0;
+  }
+  if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);
+  fprintf(stderr, "vsalab: unknown command '%s' (see vsalab help)\n", argv[1]);
+  return 2;
+}

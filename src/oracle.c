@@ -1,0 +1,267 @@
+/* oracle.c — fp64 brute-force block-sparse attention, forward and backward.
+ *
+ * The yardstick of every correctness case (CASES.md): deliberately plain
+ * and written apart from the reference and the kernels. It shares with them
+ * only the conventions of bsa.h. Per (b, h) slice it turns the q2k lists
+ * into a boolean block mask, one q-block row at a time (entries past a
+ * row's count are never read, repeats just set the same bit), and then, per
+ * q row, loops over every valid key of the masked kv blocks:
+ *
+ *   x_c = (q·k_c)·sm_scale·log2 e            (fp64)
+ *   forward: lse = max x + log2 Σ exp2(x − max), o = Σ exp2(x − lse)·v_c;
+ *            no valid key: o = 0, lse = VSA_LSE_EMPTY
+ *   backward: P = exp2(x − lse), Delta = dO·o, dS = P·(dO·v_c − Delta),
+ *             dq += sm_scale·dS·k_c, dk_c += sm_scale·dS·q, dv_c += P·dO
+ *
+ * Cost control for spot checks at big shapes: rows are visited only for
+ * q blocks that are listed or that select a listed kv block; a row that is
+ * needed only for dk/dv, with o_in/lse_in given, touches only the keys of
+ * listed kv blocks. Without o_in such rows still need their whole forward
+ * (lse and o over every key), which is the bulk of the time. Memory is
+ * O(Skv + nq + nkv) beyond the caller's arrays: no S×S matrix is formed.
+ *
+ * o_out/lse_out are written only when the oracle computes the forward
+ * (o_in and lse_in NULL), for the rows of the listed q blocks.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bsa.h"
+#include "check.h"
+
+// ----------------------------------------------------------------------------
+// Argument checks
+
+/* Subset list -> membership flags; n = -1 selects everything. */
+static int
+mark_subset(const int32_t *list, int n, int limit, const char *name,
+            uint8_t *flags)
+{
+  if (n < 0) {
+    memset(flags, 1, (size_t)limit);
+    return 0;
+  }
+  memset(flags, 0, (size_t)limit);
+  if (n > 0 && !list)
+    return vsa_fail("oracle: %s is NULL with n = %d", name, n);
+  for (int t = 0; t < n; t++) {
+    if (list[t] < 0 || list[t] >= limit)
+      return vsa_fail("oracle: %s[%d] = %d out of range [0, %d)", name, t,
+                      (int)list[t], limit);
+    flags[list[t]] = 1;
+  }
+  return 0;
+}
+
+/* The lists of one slice: counts in [0, width], indices in [0, nkv). */
+static int
+check_slice(const vsa_oracle_args *a, int bh, int nq, int nkv)
+{
+  const int32_t *num = a->q2k_num + (int64_t)bh * nq;
+  const int32_t *idx = a->q2k_idx + (int64_t)bh * nq * a->q2k_width;
+  vsa_list_error e = {0, bh / a->H, bh % a->H, 0, 0};
+  char msg[256];
+  for (int i = 0; i < nq; i++) {
+    e.row = i;
+    if (num[i] < 0 || num[i] > a->q2k_width) {
+      e.code = VSA_LIST_COUNT_RANGE;
+      e.value = num[i];
+      vsa_list_error_format(&e, "q2k_num", "q block", a->q2k_width, msg,
+                            (int)sizeof msg);
+      return vsa_fail("oracle: %s", msg);
+    }
+    for (int t = 0; t < num[i]; t++) {
+      int32_t j = idx[(int64_t)i * a->q2k_width + t];
+      if (j < 0 || j >= nkv) {
+        e.code = VSA_LIST_INDEX_RANGE;
+        e.value = j;
+        vsa_list_error_format(&e, "q2k_idx", "q block", nkv, msg,
+                              (int)sizeof msg);
+        return vsa_fail("oracle: %s", msg);
+      }
+    }
+  }
+  return 0;
+}
+
+static int
+check_args(const vsa_oracle_args *a, int want_bwd)
+{
+  if (!a) return vsa_fail("oracle: args is NULL");
+  if (a->B <= 0 || a->H <= 0 || a->Sq <= 0 || a->Skv <= 0 || a->D <= 0)
+    return vsa_fail("oracle: shape B=%d H=%d Sq=%d Skv=%d D=%d must be "
+                    "positive", a->B, a->H, a->Sq, a->Skv, a->D);
+  if (!a->q || !a->k || !a->v) return vsa_fail("oracle: q, k, v are required");
+  if (!a->q2k_idx || !a->q2k_num || !a->vbs)
+    return vsa_fail("oracle: q2k_idx, q2k_num and vbs are required");
+  if (a->q2k_width < 0)
+    return vsa_fail("oracle: q2k_width must be >= 0, got %d", a->q2k_width);
+  if ((a->o_in == NULL) != (a->lse_in == NULL))
+    return vsa_fail("oracle: give both o_in and lse_in, or neither");
+  if (want_bwd && !a->dO)
+    return vsa_fail("oracle: dO is required for dq/dk/dv");
+  int nkv = (a->Skv + VSA_BLOCK - 1) / VSA_BLOCK;
+  for (int j = 0; j < nkv; j++)
+    if (a->vbs[j] < 0 || a->vbs[j] > VSA_BLOCK)
+      return vsa_fail("oracle: vbs[%d] = %d out of range [0, %d]", j,
+                      (int)a->vbs[j], VSA_BLOCK);
+  return 0;
+}
+
+// ----------------------------------------------------------------------------
+// Helpers
+
+static double
+dot(const double *x, const double *y, int D)
+{
+  double s = 0;
+  for (int d = 0; d < D; d++) s += x[d] * y[d];
+  return s;
+}
+
+/* Zero rows [blk*64, min(S, blk*64+64)) of a [S, D] slice. */
+static void
+zero_block(double *p, int blk, int S, int D)
+{
+  if (!p) return;
+  int r0 = blk * VSA_BLOCK, r1 = r0 + VSA_BLOCK < S ? r0 + VSA_BLOCK : S;
+  memset(p + (int64_t)r0 * D, 0, (size_t)(r1 - r0) * D * sizeof *p);
+}
+
+// ----------------------------------------------------------------------------
+// Oracle
+
+int
+vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
+           double *dq, double *dk, double *dv)
+{
+  int want_bwd = dq || dk || dv;
+  VSA_TRY(check_args(a, want_bwd));
+  const int B = a->B, H = a->H, Sq = a->Sq, Skv = a->Skv, D = a->D;
+  const int nq = (Sq + VSA_BLOCK - 1) / VSA_BLOCK;
+  const int nkv = (Skv + VSA_BLOCK - 1) / VSA_BLOCK;
+  const double c = a->sm_scale * VSA_LOG2E;
+
+  uint8_t *bh_on = malloc((size_t)B * H);
+  uint8_t *q_on = malloc((size_t)nq);
+  uint8_t *kv_on = malloc((size_t)nkv);
+  uint8_t *mask = malloc((size_t)nkv);      /* one q block's mask row */
+  int32_t *keys = malloc((size_t)Skv * sizeof *keys);
+  double *x = malloc((size_t)Skv * sizeof *x);
+  double *orow = malloc((size_t)D * sizeof *orow);
+  int rc = -1;
+  if (!bh_on || !q_on || !kv_on || !mask || !keys || !x || !orow) {
+    vsa_fail("oracle: out of host memory (Skv %d)", Skv);
+    goto done;
+  }
+  if (mark_subset(a->bh_list, a->n_bh, B * H, "bh_list", bh_on) ||
+      mark_subset(a->q_blocks, a->n_q_blocks, nq, "q_blocks", q_on) ||
+      mark_subset(a->kv_blocks, a->n_kv_blocks, nkv, "kv_blocks", kv_on))
+    goto done;
+
+  for (int bh = 0; bh < B * H; bh++) {
+    if (!bh_on[bh]) continue;
+    if (check_slice(a, bh, nq, nkv)) goto done;
+    const int64_t qoff = (int64_t)bh * Sq, koff = (int64_t)bh * Skv;
+    const double *Q = a->q + qoff * D, *K = a->k + koff * D,
+                 *V = a->v + koff * D;
+    const double *dO = a->dO ? a->dO + qoff * D : NULL;
+    const int32_t *num = a->q2k_num + (int64_t)bh * nq;
+    const int32_t *idx = a->q2k_idx + (int64_t)bh * nq * a->q2k_width;
+    double *dQ = dq ? dq + qoff * D : NULL;
+    double *dK = dk ? dk + koff * D : NULL, *dV = dv ? dv + koff * D : NULL;
+
+    /* Produced rows start from zero: they are sums. */
+    for (int i = 0; i < nq; i++)
+      if (q_on[i]) zero_block(dQ, i, Sq, D);
+    for (int j = 0; j < nkv; j++)
+      if (kv_on[j]) {
+        zero_block(dK, j, Skv, D);
+        zero_block(dV, j, Skv, D);
+      }
+
+    for (int i = 0; i < nq; i++) {
+      /* This q block's mask row. */
+      memset(mask, 0, (size_t)nkv);
+      for (int t = 0; t < num[i]; t++)
+        mask[idx[(int64_t)i * a->q2k_width + t]] = 1;
+      int feeds_kv = 0;
+      for (int j = 0; j < nkv; j++) feeds_kv |= mask[j] && kv_on[j];
+      if (!q_on[i] && !(feeds_kv && want_bwd)) continue;
+
+      /* Keys this block's rows visit: all valid keys when a forward or dq
+       * is needed, else only those of listed kv blocks. */
+      int all = a->o_in == NULL || q_on[i];
+      int nk = 0;
+      for (int j = 0; j < nkv; j++) {
+        if (!mask[j] || !(all || kv_on[j])) continue;
+        for (int t = 0; t < a->vbs[j] && j * VSA_BLOCK + t < Skv; t++)
+          keys[nk++] = j * VSA_BLOCK + t;
+      }
+
+      int r1 = (i + 1) * VSA_BLOCK < Sq ? (i + 1) * VSA_BLOCK : Sq;
+      for (int r = i * VSA_BLOCK; r < r1; r++) {
+        const double *q = Q + (int64_t)r * D;
+        for (int t = 0; t < nk; t++)
+          x[t] = dot(q, K + (int64_t)keys[t] * D, D) * c;
+
+        const double *o;
+        double lse;
+        if (a->o_in) {
+          o = a->o_in + (qoff + r) * D;
+          lse = a->lse_in[qoff + r];
+        } else {
+          memset(orow, 0, (size_t)D * sizeof *orow);
+          lse = VSA_LSE_EMPTY;
+          if (nk > 0) {
+            double m = -INFINITY, sum = 0;
+            for (int t = 0; t < nk; t++) m = x[t] > m ? x[t] : m;
+            for (int t = 0; t < nk; t++) sum += exp2(x[t] - m);
+            lse = m + log2(sum);
+            for (int t = 0; t < nk; t++) {
+              double p = exp2(x[t] - lse);
+              const double *vc = V + (int64_t)keys[t] * D;
+              for (int d = 0; d < D; d++) orow[d] += p * vc[d];
+            }
+          }
+          o = orow;
+          if (q_on[i] && o_out)
+            memcpy(o_out + (qoff + r) * D, orow, (size_t)D * sizeof *orow);
+          if (q_on[i] && lse_out) lse_out[qoff + r] = lse;
+        }
+        if (!want_bwd) continue;
+
+        const double *g = dO + (int64_t)r * D;
+        double delta = dot(g, o, D);
+        double *dqr = dQ && q_on[i] ? dQ + (int64_t)r * D : NULL;
+        for (int t = 0; t < nk; t++) {
+          int kc = keys[t];
+          int kv_row = kv_on[kc / VSA_BLOCK];
+          if (!dqr && !kv_row) continue;
+          double p = exp2(x[t] - lse);
+          const double *kr = K + (int64_t)kc * D, *vr = V + (int64_t)kc * D;
+          double ds = p * (dot(g, vr, D) - delta);
+          if (dqr)
+            for (int d = 0; d < D; d++) dqr[d] += a->sm_scale * ds * kr[d];
+          if (kv_row && dK)
+            for (int d = 0; d < D; d++)
+              dK[(int64_t)kc * D + d] += a->sm_scale * ds * q[d];
+          if (kv_row && dV)
+            for (int d = 0; d < D; d++) dV[(int64_t)kc * D + d] += p * g[d];
+        }
+      }
+    }
+  }
+  rc = 0;
+
+done:
+  free(bh_on);
+  free(q_on);
+  free(kv_on);
+  free(mask);
+  free(keys);
+  free(x);
+  free(orow);
+  return rc;
+}

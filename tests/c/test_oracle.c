@@ -1,0 +1,530 @@
+/* test_oracle.c — the fp64 oracle on cases checkable by hand, by finite
+ * differences and by dense attention.
+ *
+ * Build and run (from the repository root):
+ *   gcc -std=c11 -O2 -Wall -Wextra -I src tests/c/test_oracle.c \
+ *     src/oracle.c src/list_check.c src/check.c -I/usr/local/cuda/include \
+ *     -L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt -lm \
+ *     -o /tmp/test_oracle && /tmp/test_oracle
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bsa.h"
+#include "check.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    int ok_ = (cond);                                                        \
+    printf("%s ", ok_ ? "ok  " : "FAIL");                                    \
+    printf(__VA_ARGS__);                                                     \
+    printf("\n");                                                            \
+    if (ok_) passed++; else failed++;                                        \
+  } while (0)
+
+// ----------------------------------------------------------------------------
+// Problem setup
+
+static uint64_t rng_state = 12345;
+
+static double
+urand(void) /* uniform in [-1, 1) */
+{
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(rng_state >> 11) / 9007199254740992.0 * 2 - 1;
+}
+
+typedef struct {
+  vsa_oracle_args a;
+  double *q, *k, *v, *dO;
+  int32_t *idx, *num, *vbs;
+  int nq, nkv;
+  int64_t nqe, nke; /* elements of q-shaped and k-shaped arrays */
+} problem;
+
+static double *
+dalloc(int64_t n, double fill)
+{
+  double *p = malloc((size_t)n * sizeof *p);
+  for (int64_t t = 0; t < n; t++) p[t] = fill;
+  return p;
+}
+
+static void
+setup(problem *p, int B, int H, int Sq, int Skv, int D, double sm_scale,
+      int width)
+{
+  memset(p, 0, sizeof *p);
+  p->nq = (Sq + 63) / 64;
+  p->nkv = (Skv + 63) / 64;
+  p->nqe = (int64_t)B * H * Sq * D;
+  p->nke = (int64_t)B * H * Skv * D;
+  p->q = dalloc(p->nqe, 0);
+  p->k = dalloc(p->nke, 0);
+  p->v = dalloc(p->nke, 0);
+  p->dO = dalloc(p->nqe, 0);
+  for (int64_t t = 0; t < p->nqe; t++) p->q[t] = urand();
+  for (int64_t t = 0; t < p->nke; t++) p->k[t] = urand();
+  for (int64_t t = 0; t < p->nke; t++) p->v[t] = urand();
+  for (int64_t t = 0; t < p->nqe; t++) p->dO[t] = urand();
+  p->idx = malloc((size_t)B * H * p->nq * (width ? width : 1) * 4);
+  p->num = calloc((size_t)B * H * p->nq, 4);
+  p->vbs = malloc((size_t)p->nkv * 4);
+  for (int j = 0; j < p->nkv; j++) p->vbs[j] = 64;
+  for (int64_t t = 0; t < (int64_t)B * H * p->nq * width; t++) p->idx[t] = -1;
+  vsa_oracle_args *a = &p->a;
+  a->B = B;
+  a->H = H;
+  a->Sq = Sq;
+  a->Skv = Skv;
+  a->D = D;
+  a->sm_scale = sm_scale;
+  a->q = p->q;
+  a->k = p->k;
+  a->v = p->v;
+  a->dO = p->dO;
+  a->q2k_idx = p->idx;
+  a->q2k_num = p->num;
+  a->q2k_width = width;
+  a->vbs = p->vbs;
+  a->n_bh = a->n_q_blocks = a->n_kv_blocks = -1;
+}
+
+static void
+teardown(problem *p)
+{
+  free(p->q);
+  free(p->k);
+  free(p->v);
+  free(p->dO);
+  free(p->idx);
+  free(p->num);
+  free(p->vbs);
+}
+
+/* Random distinct lists, counts in [0, width], a few forced to 0. */
+static void
+random_lists(problem *p)
+{
+  int W = p->a.q2k_width;
+  int64_t rows = (int64_t)p->a.B * p->a.H * p->nq;
+  for (int64_t r = 0; r < rows; r++) {
+    int maxc = W < p->nkv ? W : p->nkv;
+    int c = (int)((urand() + 1) * 0.5 * (maxc + 1));
+    if (c > maxc) c = maxc;
+    if (r % 5 == 2) c = 0;
+    int n = 0;
+    while (n < c) {
+      int j = (int)((urand() + 1) * 0.5 * p->nkv) % p->nkv, dup = 0;
+      for (int t = 0; t < n; t++) dup |= p->idx[r * W + t] == j;
+      if (!dup) p->idx[r * W + n++] = j;
+    }
+    p->num[r] = c;
+  }
+}
+
+static double
+max_abs_diff(const double *x, const double *y, int64_t n)
+{
+  double m = 0;
+  for (int64_t t = 0; t < n; t++) m = fmax(m, fabs(x[t] - y[t]));
+  return m;
+}
+
+static int
+all_equal(const double *x, double v, int64_t n)
+{
+  for (int64_t t = 0; t < n; t++)
+    if (x[t] != v) return 0;
+  return 1;
+}
+
+// ----------------------------------------------------------------------------
+// Hand-checkable cases
+
+/* One q block, one kv block, vbs = 1: P = 1 on key 0, so o = v row 0,
+ * dS = dO·v0 − dO·o = 0, dq = dk = 0, dv row 0 = Σ dO rows. */
+static void
+test_single_key(void)
+{
+  problem p;
+  setup(&p, 1, 1, 64, 64, 4, 0.5, 1);
+  p.vbs[0] = 1;
+  p.idx[0] = 0;
+  p.num[0] = 1;
+  double *o = dalloc(p.nqe, NAN), *lse = dalloc(64, NAN);
+  double *dq = dalloc(p.nqe, NAN), *dk = dalloc(p.nke, NAN),
+         *dv = dalloc(p.nke, NAN);
+  int rc = vsa_oracle(&p.a, o, lse, dq, dk, dv);
+  int o_ok = 1, lse_ok = 1;
+  for (int r = 0; r < 64; r++) {
+    o_ok &= !memcmp(o + r * 4, p.v, 4 * sizeof *o);
+    double x = 0;
+    for (int d = 0; d < 4; d++) x += p.q[r * 4 + d] * p.k[d];
+    lse_ok &= fabs(lse[r] - x * 0.5 * VSA_LOG2E) < 1e-15;
+  }
+  CHECK(rc == 0 && o_ok, "vbs=1: o rows equal v row 0 exactly");
+  CHECK(lse_ok, "vbs=1: lse = q·k0·sm_scale·log2 e");
+  double sum[4] = {0};
+  for (int r = 0; r < 64; r++)
+    for (int d = 0; d < 4; d++) sum[d] += p.dO[r * 4 + d];
+  CHECK(max_abs_diff(dv, sum, 4) < 1e-14 && all_equal(dv + 4, 0, 63 * 4),
+        "vbs=1: dv row 0 = sum of dO rows, other rows exactly 0");
+  CHECK(all_equal(dq, 0, p.nqe) && all_equal(dk, 0, p.nke),
+        "vbs=1: dq and dk exactly 0");
+  free(o);
+  free(lse);
+  free(dq);
+  free(dk);
+  free(dv);
+  teardown(&p);
+}
+
+/* D = 1, two valid keys: q = 1, k = (0, ln 3), v = (1, 5), dO = 1,
+ * sm_scale = 1: P = (1/4, 3/4), o = 4, lse = 2, dS = (-3/4, 3/4),
+ * dq = 3/4 ln 3, dk = 64·dS, dv = 64·P. */
+static void
+test_two_keys(void)
+{
+  problem p;
+  setup(&p, 1, 1, 64, 64, 1, 1.0, 2);
+  for (int r = 0; r < 64; r++) {
+    p.q[r] = 1;
+    p.dO[r] = 1;
+    p.k[r] = 7; /* keys past vbs: must not matter */
+    p.v[r] = -9;
+  }
+  p.k[0] = 0;
+  p.k[1] = log(3.0);
+  p.v[0] = 1;
+  p.v[1] = 5;
+  p.vbs[0] = 2;
+  p.idx[0] = 0;
+  p.idx[1] = 0x7fffffff; /* past the count */
+  p.num[0] = 1;
+  double *o = dalloc(64, NAN), *lse = dalloc(64, NAN), *dq = dalloc(64, NAN),
+         *dk = dalloc(64, NAN), *dv = dalloc(64, NAN);
+  int rc = vsa_oracle(&p.a, o, lse, dq, dk, dv);
+  double e = 0;
+  for (int r = 0; r < 64; r++) {
+    e = fmax(e, fabs(o[r] - 4));
+    e = fmax(e, fabs(lse[r] - 2));
+    e = fmax(e, fabs(dq[r] - 0.75 * log(3.0)));
+  }
+  e = fmax(e, fabs(dk[0] + 48));
+  e = fmax(e, fabs(dk[1] - 48));
+  e = fmax(e, fabs(dv[0] - 16));
+  e = fmax(e, fabs(dv[1] - 48));
+  CHECK(rc == 0 && e < 1e-12 && all_equal(dk + 2, 0, 62) &&
+            all_equal(dv + 2, 0, 62),
+        "two keys by hand: o=4 lse=2 dq=3/4 ln3 dk=(-48,48) dv=(16,48), "
+        "slots past vbs 0 (max err %.2e)", e);
+  free(o);
+  free(lse);
+  free(dq);
+  free(dk);
+  free(dv);
+  teardown(&p);
+}
+
+// ----------------------------------------------------------------------------
+// Dense attention and finite differences
+
+/* Every block selected, vbs = 64: plain softmax attention in natural log. */
+static void
+test_dense(void)
+{
+  problem p;
+  int S = 192, D = 5;
+  setup(&p, 1, 2, S, S, D, 0.3, 3);
+  for (int r = 0; r < 2 * 3; r++) {
+    p.num[r] = 3;
+    for (int t = 0; t < 3; t++) p.idx[r * 3 + t] = (t + r) % 3;
+  }
+  double *o = dalloc(p.nqe, NAN), *lse = dalloc(2 * S, NAN);
+  int rc = vsa_oracle(&p.a, o, lse, NULL, NULL, NULL);
+  double err = 0, lerr = 0;
+  double *s = malloc(S * sizeof *s);
+  for (int bh = 0; bh < 2; bh++)
+    for (int r = 0; r < S; r++) {
+      const double *q = p.q + ((int64_t)bh * S + r) * D;
+      double m = -INFINITY, z = 0;
+      for (int c = 0; c < S; c++) {
+        s[c] = 0;
+        for (int d = 0; d < D; d++)
+          s[c] += q[d] * p.k[((int64_t)bh * S + c) * D + d];
+        s[c] *= 0.3;
+        m = fmax(m, s[c]);
+      }
+      for (int c = 0; c < S; c++) z += exp(s[c] - m);
+      for (int d = 0; d < D; d++) {
+        double acc = 0;
+        for (int c = 0; c < S; c++)
+          acc += exp(s[c] - m) / z * p.v[((int64_t)bh * S + c) * D + d];
+        err = fmax(err, fabs(acc - o[((int64_t)bh * S + r) * D + d]));
+      }
+      lerr = fmax(lerr, fabs((m + log(z)) / log(2.0) - lse[bh * S + r]));
+    }
+  CHECK(rc == 0 && err < 1e-13 && lerr < 1e-13,
+        "all blocks selected = dense softmax attention (o err %.1e, lse err "
+        "%.1e)", err, lerr);
+  free(s);
+  free(o);
+  free(lse);
+  teardown(&p);
+}
+
+/* L = Σ dO∘o as a function of one input element. */
+static double
+loss(problem *p, double *o)
+{
+  vsa_oracle(&p->a, o, NULL, NULL, NULL, NULL);
+  double L = 0;
+  for (int64_t t = 0; t < p->nqe; t++) L += p->dO[t] * o[t];
+  return L;
+}
+
+static void
+test_finite_differences(void)
+{
+  problem p;
+  /* Sq != Skv, partial vbs, an empty kv block, empty rows. */
+  setup(&p, 2, 2, 5 * 64, 7 * 64, 6, 0.7, 5);
+  random_lists(&p);
+  int32_t vbs[7] = {64, 10, 0, 64, 33, 1, 64};
+  memcpy(p.vbs, vbs, sizeof vbs);
+  double *o = dalloc(p.nqe, 0);
+  double *dq = dalloc(p.nqe, NAN), *dk = dalloc(p.nke, NAN),
+         *dv = dalloc(p.nke, NAN);
+  int rc = vsa_oracle(&p.a, NULL, NULL, dq, dk, dv);
+
+  /* Elements spread over (b, h), blocks, rows and features. */
+  struct { double *arr, *grad; int64_t n; const char *name; } ins[] = {
+      {p.q, dq, p.nqe, "q"}, {p.k, dk, p.nke, "k"}, {p.v, dv, p.nke, "v"}};
+  double worst = 0;
+  int checked = 0;
+  for (int w = 0; w < 3; w++)
+    for (int s = 0; s < 40; s++) {
+      int64_t t = (int64_t)((urand() + 1) * 0.5 * ins[w].n) % ins[w].n;
+      double keep = ins[w].arr[t], h = 1e-5;
+      ins[w].arr[t] = keep + h;
+      double Lp = loss(&p, o);
+      ins[w].arr[t] = keep - h;
+      double Lm = loss(&p, o);
+      ins[w].arr[t] = keep;
+      double fd = (Lp - Lm) / (2 * h), g = ins[w].grad[t];
+      double rel = fabs(fd - g) / fmax(1e-3, fabs(g));
+      worst = fmax(worst, rel);
+      checked++;
+    }
+  CHECK(rc == 0 && worst < 1e-6,
+        "dq, dk, dv match central differences of sum(dO*o) at %d elements "
+        "(worst rel err %.2e)", checked, worst);
+
+  /* Exact zeros: kv slots at or past vbs, the vbs = 0 block. */
+  int zeros = 1;
+  for (int bh = 0; bh < 4; bh++)
+    for (int c = 0; c < 7 * 64; c++)
+      if (c % 64 >= vbs[c / 64])
+        for (int d = 0; d < 6; d++) {
+          int64_t t = ((int64_t)bh * 7 * 64 + c) * 6 + d;
+          zeros &= dk[t] == 0 && dv[t] == 0;
+        }
+  CHECK(zeros, "dk/dv exactly 0 at kv slots >= vbs and in the vbs = 0 block");
+  int empty_ok = 1, nempty = 0;
+  for (int r = 0; r < 4 * 5; r++)
+    if (p.num[r] == 0) {
+      nempty++;
+      empty_ok &= all_equal(dq + (int64_t)r * 64 * 6, 0, 64 * 6);
+    }
+  CHECK(nempty > 0 && empty_ok, "dq exactly 0 on %d q blocks with count 0",
+        nempty);
+
+  /* Garbage past the counts changes nothing. */
+  double *dq2 = dalloc(p.nqe, NAN), *dk2 = dalloc(p.nke, NAN),
+         *dv2 = dalloc(p.nke, NAN);
+  for (int r = 0; r < 4 * 5; r++)
+    for (int t = p.num[r]; t < 5; t++)
+      p.idx[r * 5 + t] = t % 2 ? 0x7fffffff : p.idx[r * 5];
+  rc = vsa_oracle(&p.a, NULL, NULL, dq2, dk2, dv2);
+  CHECK(rc == 0 && !memcmp(dq, dq2, p.nqe * 8) &&
+            !memcmp(dk, dk2, p.nke * 8) && !memcmp(dv, dv2, p.nke * 8),
+        "list tails (INT32_MAX, repeats) are never read");
+  free(dq2);
+  free(dk2);
+  free(dv2);
+  free(o);
+  free(dq);
+  free(dk);
+  free(dv);
+  teardown(&p);
+}
+
+// ----------------------------------------------------------------------------
+// Given forward, subsets, empty rows
+
+static void
+test_given_forward_and_subsets(void)
+{
+  problem p;
+  setup(&p, 2, 2, 4 * 64, 6 * 64, 4, 0.4, 4);
+  random_lists(&p);
+  p.vbs[3] = 20;
+  double *o = dalloc(p.nqe, NAN), *lse = dalloc(4 * 4 * 64, NAN);
+  double *dq = dalloc(p.nqe, NAN), *dk = dalloc(p.nke, NAN),
+         *dv = dalloc(p.nke, NAN);
+  int rc = vsa_oracle(&p.a, o, lse, dq, dk, dv);
+
+  /* Empty rows: o = 0, lse = VSA_LSE_EMPTY. */
+  int empty_ok = 1;
+  for (int r = 0; r < 4 * 4; r++)
+    if (p.num[r] == 0)
+      for (int t = 0; t < 64; t++) {
+        empty_ok &= lse[r * 64 + t] == VSA_LSE_EMPTY;
+        empty_ok &= all_equal(o + ((int64_t)r * 64 + t) * 4, 0, 4);
+      }
+  CHECK(rc == 0 && empty_ok, "rows with no valid key: o = 0, lse = EMPTY");
+
+  /* The oracle's own forward handed back gives identical gradients. */
+  p.a.o_in = o;
+  p.a.lse_in = lse;
+  double *dq2 = dalloc(p.nqe, NAN), *dk2 = dalloc(p.nke, NAN),
+         *dv2 = dalloc(p.nke, NAN);
+  rc = vsa_oracle(&p.a, NULL, NULL, dq2, dk2, dv2);
+  CHECK(rc == 0 && !memcmp(dq, dq2, p.nqe * 8) &&
+            !memcmp(dk, dk2, p.nke * 8) && !memcmp(dv, dv2, p.nke * 8),
+        "o_in/lse_in = the oracle's own: dq, dk, dv bitwise identical");
+
+  /* Empty rows' lse may be anything. */
+  double *lse_odd = malloc(4 * 4 * 64 * sizeof *lse_odd);
+  const double odd[3] = {INFINITY, -INFINITY, 0};
+  int odd_ok = 1;
+  for (int v = 0; v < 3; v++) {
+    memcpy(lse_odd, lse, 4 * 4 * 64 * sizeof *lse_odd);
+    for (int r = 0; r < 4 * 4; r++)
+      if (p.num[r] == 0)
+        for (int t = 0; t < 64; t++) lse_odd[r * 64 + t] = odd[v];
+    p.a.lse_in = lse_odd;
+    rc = vsa_oracle(&p.a, NULL, NULL, dq2, dk2, dv2);
+    odd_ok &= rc == 0 && !memcmp(dq, dq2, p.nqe * 8) &&
+              !memcmp(dk, dk2, p.nke * 8) && !memcmp(dv, dv2, p.nke * 8);
+  }
+  p.a.lse_in = lse;
+  CHECK(odd_ok, "empty rows' lse +inf / -inf / 0: same gradients");
+
+  /* Subsets, with and without the given forward; sentinel elsewhere. */
+  int32_t bhs[1] = {3}, qb[2] = {1, 3}, kb[2] = {0, 4};
+  for (int given = 0; given < 2; given++) {
+    p.a.o_in = given ? o : NULL;
+    p.a.lse_in = given ? lse : NULL;
+    p.a.bh_list = bhs;
+    p.a.n_bh = 1;
+    p.a.q_blocks = qb;
+    p.a.n_q_blocks = 2;
+    p.a.kv_blocks = kb;
+    p.a.n_kv_blocks = 2;
+    double *o3 = dalloc(p.nqe, 777), *l3 = dalloc(4 * 4 * 64, 777);
+    double *dq3 = dalloc(p.nqe, 777), *dk3 = dalloc(p.nke, 777),
+           *dv3 = dalloc(p.nke, 777);
+    rc = vsa_oracle(&p.a, o3, l3, dq3, dk3, dv3);
+    double err = 0;
+    int untouched = 1;
+    for (int64_t r = 0; r < 4 * 4 * 64; r++) {
+      int bh = (int)(r / 256), blk = (int)(r % 256 / 64);
+      int on = bh == 3 && (blk == 1 || blk == 3);
+      for (int d = 0; d < 4; d++) {
+        int64_t t = r * 4 + d;
+        if (on) err = fmax(err, fabs(dq3[t] - dq[t]));
+        else untouched &= dq3[t] == 777;
+        if (on && !given) err = fmax(err, fabs(o3[t] - o[t]));
+        else untouched &= o3[t] == 777;
+      }
+      if (on && !given) err = fmax(err, fabs(l3[r] - lse[r]));
+      else untouched &= l3[r] == 777;
+    }
+    for (int64_t r = 0; r < 4 * 6 * 64; r++) {
+      int bh = (int)(r / 384), blk = (int)(r % 384 / 64);
+      int on = bh == 3 && (blk == 0 || blk == 4);
+      for (int d = 0; d < 4; d++) {
+        int64_t t = r * 4 + d;
+        if (on) {
+          err = fmax(err, fabs(dk3[t] - dk[t]));
+          err = fmax(err, fabs(dv3[t] - dv[t]));
+        } else {
+          untouched &= dk3[t] == 777 && dv3[t] == 777;
+        }
+      }
+    }
+    CHECK(rc == 0 && err < 1e-13 && untouched,
+          "subset bh {3}, q {1,3}, kv {0,4}%s: rows match the full run (max "
+          "err %.1e), other rows untouched",
+          given ? " with o_in/lse_in" : "", err);
+    free(o3);
+    free(l3);
+    free(dq3);
+    free(dk3);
+    free(dv3);
+  }
+  p.a.bh_list = NULL;
+  p.a.n_bh = p.a.n_q_blocks = p.a.n_kv_blocks = -1;
+
+  /* Argument and list errors. */
+  p.a.o_in = o;
+  p.a.lse_in = NULL;
+  CHECK(vsa_oracle(&p.a, NULL, NULL, dq2, dk2, dv2) == -1 &&
+            strstr(vsa_last_error(), "lse_in"),
+        "o_in without lse_in rejected: \"%s\"", vsa_last_error());
+  p.a.o_in = NULL;
+  int saved = p.num[9];
+  p.num[9] = 5;
+  CHECK(vsa_oracle(&p.a, NULL, NULL, dq2, dk2, dv2) == -1 &&
+            strstr(vsa_last_error(),
+                   "q2k_num: count 5 out of range [0, 4] at (b=1, h=0, "
+                   "q block=1)"),
+        "bad count rejected: \"%s\"", vsa_last_error());
+  p.num[9] = saved;
+  int32_t saved_idx = p.idx[9 * 4];
+  int saved_num = p.num[9];
+  p.num[9] = 1;
+  p.idx[9 * 4] = 6;
+  CHECK(vsa_oracle(&p.a, NULL, NULL, dq2, dk2, dv2) == -1 &&
+            strstr(vsa_last_error(),
+                   "q2k_idx: index 6 out of range [0, 6) at (b=1, h=0, "
+                   "q block=1)"),
+        "bad index rejected: \"%s\"", vsa_last_error());
+  p.idx[9 * 4] = saved_idx;
+  p.num[9] = saved_num;
+  int32_t badq[1] = {4};
+  p.a.q_blocks = badq;
+  p.a.n_q_blocks = 1;
+  CHECK(vsa_oracle(&p.a, NULL, NULL, dq2, dk2, dv2) == -1 &&
+            strstr(vsa_last_error(), "q_blocks"),
+        "q block out of range rejected: \"%s\"", vsa_last_error());
+
+  free(lse_odd);
+  free(o);
+  free(lse);
+  free(dq);
+  free(dk);
+  free(dv);
+  free(dq2);
+  free(dk2);
+  free(dv2);
+  teardown(&p);
+}
+
+int
+main(void)
+{
+  test_single_key();
+  test_two_keys();
+  test_dense();
+  test_finite_differences();
+  test_given_forward_and_subsets();
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}

@@ -1,0 +1,124 @@
+-- The command line, the run row and the results DB, driven as a user would:
+-- by starting build/vsalab in a subprocess.
+local H = require "helpers"
+
+describe("vsalab CLI", function()
+  local dir = H.tmpdir()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("prints its version and help", function()
+    local rc, out = H.vsalab("--version")
+    assert.equal(0, rc)
+    assert.truthy(out:match("^vsalab %d+%.%d+%.%d+"))
+    rc, out = H.vsalab("help")
+    assert.equal(0, rc)
+    assert.truthy(out:match("vsalab run"))
+  end)
+
+  it("exits 2 on usage errors", function()
+    assert.equal(2, (H.vsalab("frobnicate")))
+    assert.equal(2, (H.vsalab("run")))
+    assert.equal(2, (H.vsalab("run --device x s.lua")))
+    assert.equal(2, (H.vsalab("run --seed -3 s.lua")))
+    local rc, _, err = H.vsalab("run --bogus 1 s.lua")
+    assert.equal(2, rc)
+    assert.truthy(err:match("unknown option"))
+  end)
+
+  it("passes script args and exits 1 with a traceback on error", function()
+    H.write(dir .. "/args.lua", [[print(#arg, arg[0], arg[1], arg[2], select('#', ...), vsalab.context.seed)]])
+    local rc, out = H.vsalab("run --seed 77 " .. dir .. "/args.lua a b")
+    assert.equal(0, rc)
+    assert.truthy(out:match("^2\t.-args%.lua\ta\tb\t2\t77"))
+    H.write(dir .. "/bad.lua", "local function f() error('boom') end\nf()\n")
+    local rc2, _, err = H.vsalab("run " .. dir .. "/bad.lua")
+    assert.equal(1, rc2)
+    assert.truthy(err:match("boom"))
+    assert.truthy(err:match("stack traceback"))
+    local rc3, _, err3 = H.vsalab("run " .. dir .. "/missing.lua")
+    assert.equal(1, rc3)
+    assert.truthy(err3:match("cannot open"))
+  end)
+
+  it("records a finished run with its rows", function()
+    local db = dir .. "/ok.db"
+    H.write(dir .. "/log.lua", [[
+      for i = 1, 3 do vsalab.log{experiment = "t", kernel = "k", B = 1, H = i,
+        ms_median = i, errors = {dq = {rel_l2 = 1e-3, passed = true}}} end]])
+    assert.equal(0, (H.vsalab("run --db " .. db .. " " .. dir .. "/log.lua x")))
+    local d = vsalab.db_open(db, {readonly = true})
+    local runs = d:q("SELECT status, ended_at, script, args, seed FROM run")
+    assert.equal(1, #runs)
+    assert.equal("finished", runs[1].status)
+    assert.truthy(runs[1].ended_at)
+    assert.equal('["x"]', runs[1].args)
+    assert.equal(3, #d:q("SELECT * FROM result"))
+    assert.equal(3, #d:q("SELECT * FROM result_error WHERE output = 'dq'"))
+    d:close()
+  end)
+
+  it("marks a failed run and keeps its rows", function()
+    local db = dir .. "/fail.db"
+    H.write(dir .. "/fail.lua", [[
+      vsalab.log{experiment = "t", kernel = "k"}
+      error("late failure")]])
+    assert.equal(1, (H.vsalab("run --db " .. db .. " " .. dir .. "/fail.lua")))
+    local d = vsalab.db_open(db, {readonly = true})
+    local r = d:q("SELECT status, error FROM run")[1]
+    assert.equal("failed", r.status)
+    assert.truthy(r.error:match("late failure"))
+    assert.equal(1, #d:q("SELECT * FROM result"))
+    d:close()
+  end)
+
+  it("keeps every row of a killed run, marked not finished", function()
+    local db = dir .. "/killed.db"
+    H.write(dir .. "/die.lua", [[
+      for i = 1, 3 do vsalab.log{experiment = "t", kernel = "k", H = i} end
+      os.execute("kill -9 " .. vsalab.context.pid)
+      vsalab.log{experiment = "t", kernel = "never"}]])
+    local rc = H.vsalab("run --db " .. db .. " " .. dir .. "/die.lua")
+    assert.are_not.equal(0, rc)
+    local d = vsalab.db_open(db, {readonly = true})
+    local r = d:q("SELECT status, ended_at FROM run")[1]
+    assert.equal("running", r.status)
+    assert.is_nil(r.ended_at)
+    assert.equal(3, #d:q("SELECT * FROM result"))
+    d:close()
+  end)
+
+  it("rejects bad rows by field name and leaves the DB intact", function()
+    local d = vsalab.db_open(dir .. "/rows.db")
+    local id = d:begin_run{script = "x"}
+    local e = H.err(function() d:log{run_id = id, experiment = "t", kernel = "k", Bx = 1} end)
+    assert.truthy(e:match("Bx"))
+    e = H.err(function() d:log{run_id = id, experiment = "t", kernel = "k", B = "one"} end)
+    assert.truthy(e:match("'B'"))
+    assert.equal(0, #d:q("SELECT * FROM result"))
+    d:close()
+    assert.truthy(H.err(function() d:q("SELECT 1") end):match("closed"))
+  end)
+
+  it("refuses a file that is not a database", function()
+    H.write(dir .. "/notes.txt", "hello, this is not sqlite\n")
+    assert.truthy(H.err(vsalab.db_open, dir .. "/notes.txt"):match("not a SQLite database"))
+    H.write(dir .. "/log2.lua", "vsalab.log{experiment='t', kernel='k'}")
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/notes.txt " .. dir .. "/log2.lua")
+    assert.equal(1, rc)
+    assert.truthy(err:match("not a SQLite database"))
+  end)
+
+  it("runs the smoke experiment end to end on the CPU", function()
+    local db = dir .. "/smoke.db"
+    local rc, out, err = H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua")
+    assert(rc == 0, err)
+    assert.truthy(out:match("reference"))
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT kernel, passed, tflops FROM result WHERE kernel = 'reference'")
+    assert.equal(4, #rows)
+    for _, r in ipairs(rows) do assert.equal(1, r.passed) end
+    assert.equal(12, #d:q("SELECT * FROM result_error"))
+    assert.equal("finished", d:q("SELECT status FROM run")[1].status)
+    d:close()
+  end)
+end)

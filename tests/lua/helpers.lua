@@ -1,0 +1,57 @@
+-- Shared by the specs: the vsalab binary, temp paths, shell capture, and a
+-- fresh seed per process (printed so a failure can be replayed with
+-- VSALAB_TEST_SEED=N).
+local H = {}
+
+H.exe = vsalab.context.exe
+H.root = os.getenv("VSALAB_ROOT") or "."
+
+local seed = tonumber(os.getenv("VSALAB_TEST_SEED") or "") or (os.time() % 1000000)
+io.stderr:write("[specs] seed ", seed, " (VSALAB_TEST_SEED to replay)\n")
+function H.seed()
+  seed = seed + 1
+  return seed
+end
+
+function H.tmpdir()
+  local p = io.popen("mktemp -d")
+  local d = p:read("*l")
+  p:close()
+  return d
+end
+
+-- Run a shell command; returns exit code, stdout, stderr.
+function H.sh(cmd)
+  local dir = H.tmpdir()
+  local rc = os.execute(cmd .. " >" .. dir .. "/out 2>" .. dir .. "/err")
+  local function slurp(f)
+    local h = io.open(dir .. "/" .. f)
+    local s = h:read("*a")
+    h:close()
+    return s
+  end
+  local out, err = slurp("out"), slurp("err")
+  os.execute("rm -rf " .. dir)
+  -- LuaJIT (5.1 semantics) returns the raw wait status.
+  if type(rc) == "number" and rc > 255 then rc = math.floor(rc / 256) end
+  return rc, out, err
+end
+
+function H.vsalab(args)
+  return H.sh(H.exe .. " " .. args)
+end
+
+function H.write(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+-- The message of the error fn raises (fails the test if it does not).
+function H.err(fn, ...)
+  local ok, e = pcall(fn, ...)
+  assert(not ok, "expected an error")
+  return tostring(e)
+end
+
+return H
