@@ -1,0 +1,102 @@
+-- GPU specs (tag `gpu`; run on the H200 by tests/gpu/run.sh): the GPU
+-- inversion and reference against the CPU ones on small shapes, cuRAND on
+-- both sides, and every CASES.md case for every backward available on CUDA.
+local H = require "helpers"
+
+describe("#gpu device", function()
+  it("reports what it is", function()
+    local d = vsalab.device_info()
+    assert.truthy(d.name)
+    assert.is_true(d.sm_count > 0)
+    assert.truthy(d.cc:match("^%d+%.%d+$"))
+    print(string.format("\n[device] %s cc %s, %d SMs, driver %s, runtime %s, %.0f MHz",
+      d.name, d.cc, d.sm_count, d.driver, d.runtime, d.sm_clock_mhz))
+  end)
+
+  it("round-trips tensors and compares on the device", function()
+    local s = H.seed()
+    local h = vsalab.empty({3, 1000}, {dtype = "f32"}):fill_randn{seed = s}
+    local d = h:to("cuda")
+    assert.equal("cuda:0", d.device)
+    assert.equal(0, vsalab.compare(d:to("cpu"), h).max_abs)
+    local c1 = vsalab.compare(d:to_dtype("bf16"), d)
+    local c2 = vsalab.compare(h:to_dtype("bf16"), h)
+    assert.is_true(math.abs(c1.rel_l2 - c2.rel_l2) < 1e-12)
+    -- Strided views gather on the device.
+    local t = d:transpose(1, 2):contiguous():to("cpu")
+    assert.equal(0, vsalab.compare(t, h:transpose(1, 2):contiguous()).max_abs)
+  end)
+
+  it("draws the same cuRAND Philox numbers on host and device", function()
+    local s = H.seed()
+    local a = vsalab.empty({4099}):fill_randn{seed = s}
+    local b = vsalab.empty({4099}, {device = "cuda"}):fill_randn{seed = s}
+    local c = vsalab.compare(b, a)
+    print(string.format("\n[curand] host vs device max |diff| = %g", c.max_abs))
+    assert.is_true(c.max_abs < 1e-5)
+  end)
+end)
+
+describe("#gpu inversion", function()
+  it("equals the CPU inversion bitwise, ragged and padded", function()
+    for _, sh in ipairs{{1, 1, 5, 7, 3}, {2, 3, 33, 40, 9}, {1, 2, 64, 64, 16}, {1, 1, 100, 3, 3}} do
+      local qi, qn = vsalab.random_topk{B = sh[1], H = sh[2], nq = sh[3], nkv = sh[4],
+        topk = sh[5], width = sh[5] + 2, ragged = true, seed = H.seed()}
+      local ci, cn = vsalab.invert_indices(qi, qn, sh[4])
+      local gi, gn = vsalab.invert_indices(qi:to("cuda"), qn:to("cuda"), sh[4])
+      assert.same(ci:to_table(), gi:to_table())
+      assert.same(cn:to_table(), gn:to_table())
+    end
+  end)
+
+  it("reports bad lists by (b, h, q block) without faulting", function()
+    local qi = vsalab.from_table({{{{0, 1}, {1, 0}}, {{0, 1}, {9, 0}}}}, {dtype = "i32", device = "cuda"})
+    local qn = vsalab.from_table({{{2, 2}, {2, 2}}}, {dtype = "i32", device = "cuda"})
+    local e = H.err(vsalab.invert_indices, qi, qn, 2)
+    assert.truthy(e:match("b=0, h=1, q block=1"))
+    qi = vsalab.from_table({{{{0, 0}}}}, {dtype = "i32", device = "cuda"})
+    qn = vsalab.from_table({{{2}}}, {dtype = "i32", device = "cuda"})
+    assert.truthy(H.err(vsalab.invert_indices, qi, qn, 2):match("repeated"))
+    qn = vsalab.from_table({{{3}}}, {dtype = "i32", device = "cuda"})
+    assert.truthy(H.err(vsalab.invert_indices, qi, qn, 2):match("q2k_num"))
+    vsalab.synchronize() -- the device is still healthy
+  end)
+end)
+
+describe("#gpu reference", function()
+  for _, D in ipairs{64, 128} do
+    it("forward and backward equal the CPU reference (D=" .. D .. ")", function()
+      local p = vsalab.problem.build{B = 2, H = 2, Sq = 320, Skv = 448, D = D,
+        density = 0.4, ragged = true, seed = H.seed(), device = "cpu"}
+      p.vbs = vsalab.from_table({64, 0, 32, 64, 17, 64, 1}, {dtype = "i32"})
+      p.o, p.lse = vsalab.forward_ref(p.q, p.k, p.v, p.q2k_idx, p.q2k_num, p.vbs)
+      local g = {}
+      for k, v in pairs(p) do g[k] = vsalab.is_tensor(v) and v:to("cuda") or v end
+      g.o, g.lse = vsalab.forward_ref(g.q, g.k, g.v, g.q2k_idx, g.q2k_num, g.vbs)
+      assert.is_true(vsalab.compare(g.o, p.o).rel_l2 < 1e-2)
+      local l = vsalab.compare(g.lse, p.lse)
+      assert.is_true(l.max_abs < 1e-4 and l.nonfinite == 0)
+      g.o = p.o:to("cuda") -- same bf16 o on both sides for the backward
+      g.lse = p.lse:to("cuda")
+      local opts = {out_dtype = "f32"}
+      local a = {vsalab.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, opts)}
+      local b = {vsalab.backward_ref(g.dO, g.q, g.k, g.v, g.o, g.lse, g.k2q_idx, g.k2q_num, g.vbs, opts)}
+      for i, name in ipairs{"dq", "dk", "dv"} do
+        local c = vsalab.compare(b[i], a[i])
+        assert(c.rel_l2 < 1e-5 and c.nonfinite == 0, name .. " rel L2 " .. c.rel_l2)
+      end
+    end)
+  end
+end)
+
+describe("#gpu CASES.md on CUDA", function()
+  for _, b in ipairs(vsalab.backends.available("cuda")) do
+    local results = vsalab.cases.run(b, {device = "cuda", seed = H.seed() * 100,
+      on_result = function(r) io.stderr:write(vsalab.cases.format(r), "\n") end})
+    for _, r in ipairs(results) do
+      it(b.name .. ": " .. vsalab.cases.format(r):sub(1, 100), function()
+        assert(r.passed, vsalab.cases.format(r))
+      end)
+    end
+  end
+end)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — the GPU test runner (NVIDIA H200 through the device
+# tool, or any CUDA machine with a build of vsalab):
+#   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
+# steps (default all): specs sanitize invert wan720p
+# Logs go to $OUT (or ./gpu-out) as specs.log, sanitize.log, invert.log,
+# wan720p.log and results.db.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=${1:-build/vsalab}
+shift || true
+steps=${*:-specs sanitize invert wan720p}
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+export PATH=$PATH:/usr/local/cuda/bin
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,utilization.gpu --format=csv | tee "$out/gpu.txt"
+status=0
+for step in $steps; do
+  echo "=== $step"
+  start=$(date +%s)
+  case $step in
+    specs) "$bin" run tests/run_busted.lua --tags=gpu -o utfTerminal tests/gpu 2>&1 | tee "$out/specs.log" ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 3 "$bin" run tests/gpu/sanitize.lua 2>&1 | tail -4
+      done | tee "$out/sanitize.log" ;;
+    invert) "$bin" run --db "$out/results.db" experiments/invert_bench.lua 2>&1 | tee "$out/invert.log" ;;
+    wan720p) "$bin" run --db "$out/results.db" experiments/wan720p.lua 2>&1 | tee "$out/wan720p.log" ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+  rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || status=$rc
+  echo "=== $step: exit $rc, $(( $(date +%s) - start )) s"
+done
+exit $status
