@@ -6,13 +6,13 @@
  * bits were set in. Two launches, no memset, no global atomics:
  *
  *   bsa_invert_scatter_kernel: one block per (bh, group of 32 q blocks, kv
- *     chunk of up to 8192). It streams the group's 32 list rows (one
- *     contiguous stretch of q2k_idx, read coalesced, slots past a row's
- *     count skipped), sets bit i%32 of a shared word per kv block with a
- *     shared-memory atomicOr (the old word flags a repeated index), then
- *     writes the column of words to bitmap[bh][group][kv], coalesced. Every
- *     bitmap word is written, so nothing needs zeroing. The block's first
- *     validation failure goes to its own error slot (code 0 if none).
+ *     chunk of up to 8192). Each warp streams 4 of the group's list rows
+ *     (coalesced; slots past a row's count are never read) and sets bit
+ *     i%32 of a shared word per kv block with a shared-memory atomicOr (the
+ *     old word flags a repeated index); the block then writes its column of
+ *     words to bitmap[bh][group][kv], coalesced. Every bitmap word is
+ *     written, so nothing needs zeroing. The block's first validation
+ *     failure goes to its own error slot (code 0 if none).
  *   bsa_invert_gather_kernel: one warp per (bh, kv block): popc of 32 words
  *     at a time, a warp prefix sum gives each word's output slot, the q
  *     indices are staged in shared memory and written coalesced, then -1 up
@@ -27,6 +27,14 @@
  * bad count contribute nothing and bad indices are skipped, so the outputs
  * stay in bounds whatever the input holds. b = bh / H, h = bh % H.
  *
+ * Measured on an H200 (events around single calls, median of 200; lists
+ * from vsa_build_random_topk, q2k width = count; spread over 5 runs):
+ *   B1 H8, 64 x 64 blocks, 16 per row: 12-15 us (8-11 us per call back to
+ *     back): launch latency of the two kernels is all of it;
+ *   B1 H40, 1440 x 1440 blocks, 360 per row: 143-147 us = scatter 39-43 us
+ *     (83 MB of lists) + gather 104-106 us (332 MB of k2q_idx at 3.1 TB/s;
+ *     a plain memset of those bytes takes 79-84 us).
+ *
  * Build: nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a
  *   -gencode=arch=compute_100a,code=sm_100a
  *   -gencode=arch=compute_80,code=compute_80 -Xptxas -v -c
@@ -39,7 +47,7 @@
 
 #define SC_THREADS 256
 #define SC_KV_CHUNK 8192 /* 32 KB of shared words per scatter block */
-#define SC_UNROLL 4      /* list loads in flight per thread */
+#define SC_UNROLL 12     /* list loads in flight per lane */
 #define GA_WARPS 8
 #define GA_CHUNK 32      /* bitmap words per warp step (1024 q blocks) */
 
@@ -80,7 +88,7 @@ bsa_invert_scatter_kernel(const int32_t *__restrict__ q2k_idx,
                           uint32_t *__restrict__ bitmap,
                           vsa_list_error *__restrict__ slots)
 {
-  __shared__ uint32_t col[SC_KV_CHUNK];
+  extern __shared__ uint32_t col[]; /* [min(nkv, SC_KV_CHUNK)] */
   __shared__ int cnt[32];
   __shared__ int s_code, s_row, s_value;
 
@@ -96,7 +104,8 @@ bsa_invert_scatter_kernel(const int32_t *__restrict__ q2k_idx,
 
   for (int x = tid; x < kc; x += SC_THREADS) col[x] = 0;
   if (tid == 0) s_code = 0;
-  if (tid < 32) cnt[tid] = tid < nrows ? __ldg(q2k_num + bh * nq + i0 + tid) : 0;
+  if (tid < 32)
+    cnt[tid] = tid < nrows ? __ldg(q2k_num + bh * nq + i0 + tid) : 0;
   __syncthreads();
   if (tid < nrows) {
     int c = cnt[tid];
@@ -109,37 +118,36 @@ bsa_invert_scatter_kernel(const int32_t *__restrict__ q2k_idx,
   }
   __syncthreads();
 
-  /* The group's rows are one contiguous [nrows, width] stretch: walk it
-   * flat so consecutive threads read consecutive slots. */
-  const int32_t *rows = q2k_idx + (bh * nq + i0) * (int64_t)width;
-  const int64_t nslots = (int64_t)nrows * width;
-  for (int64_t s0 = tid; s0 < nslots; s0 += SC_THREADS * SC_UNROLL) {
-    int j[SC_UNROLL], r[SC_UNROLL];
-    bool live[SC_UNROLL];
+  /* Warp w owns rows 4w .. 4w+3 of the group. A row's live prefix is read
+   * in one batch of up to 32 * SC_UNROLL loads issued back to back (slots
+   * past the count are never read), then its bits are set. */
+  const int w = tid >> 5, lane = tid & 31;
+  for (int row = w * 4; row < w * 4 + 4; row++) {
+    const int c = cnt[row];
+    if (c == 0) continue; /* also every row past nq in the last group */
+    const int32_t *rp = q2k_idx + (bh * nq + i0 + row) * (int64_t)width;
+    const uint32_t bit = 1u << row;
+    for (int e0 = lane; e0 < c; e0 += 32 * SC_UNROLL) {
+      int j[SC_UNROLL];
 #pragma unroll
-    for (int u = 0; u < SC_UNROLL; u++) {
-      int64_t s = s0 + (int64_t)u * SC_THREADS;
-      r[u] = (int)(s / width);
-      int e = (int)(s - (int64_t)r[u] * width);
-      live[u] = s < nslots && e < cnt[r[u] < 32 ? r[u] : 31];
-      j[u] = live[u] ? __ldg(rows + s) : 0;
-    }
+      for (int u = 0; u < SC_UNROLL; u++)
+        j[u] = e0 + u * 32 < c ? __ldg(rp + e0 + u * 32) : 0;
 #pragma unroll
-    for (int u = 0; u < SC_UNROLL; u++) {
-      if (!live[u]) continue;
-      if (j[u] < 0 || j[u] >= nkv) {
-        if (chunk == 0)
-          note_error(&s_code, &s_row, &s_value, VSA_LIST_INDEX_RANGE,
-                     i0 + r[u], j[u]);
-        continue;
+      for (int u = 0; u < SC_UNROLL; u++) {
+        if (e0 + u * 32 >= c) break;
+        if (j[u] < 0 || j[u] >= nkv) {
+          if (chunk == 0)
+            note_error(&s_code, &s_row, &s_value, VSA_LIST_INDEX_RANGE,
+                       i0 + row, j[u]);
+          continue;
+        }
+        unsigned jj = (unsigned)(j[u] - k0);
+        if (jj >= (unsigned)kc) continue; /* another chunk's kv block */
+        uint32_t old = atomicOr(&col[jj], bit);
+        if (old & bit)
+          note_error(&s_code, &s_row, &s_value, VSA_LIST_REPEATED, i0 + row,
+                     j[u]);
       }
-      unsigned jj = (unsigned)(j[u] - k0);
-      if (jj >= (unsigned)kc) continue; /* another chunk's kv block */
-      uint32_t bit = 1u << r[u];
-      uint32_t old = atomicOr(&col[jj], bit);
-      if (old & bit)
-        note_error(&s_code, &s_row, &s_value, VSA_LIST_REPEATED, i0 + r[u],
-                   j[u]);
     }
   }
   __syncthreads();
@@ -195,9 +203,14 @@ bsa_invert_gather_kernel(const uint32_t *__restrict__ bitmap, int nq,
   int32_t *out = k2q_idx + r * nq;
   int32_t *st = stage[w];
   int base = 0;
+  /* The next step's words are loaded before this step's are used, so a
+   * warp waits on one load latency, not one per step. */
+  uint32_t next = lane < wpr ? __ldg(bm + (int64_t)lane * nkv) : 0u;
   for (int w0 = 0; w0 < wpr; w0 += GA_CHUNK) {
     int word = w0 + lane;
-    uint32_t bits = word < wpr ? __ldg(bm + (int64_t)word * nkv) : 0u;
+    uint32_t bits = next;
+    int ahead = word + GA_CHUNK;
+    next = ahead < wpr ? __ldg(bm + (int64_t)ahead * nkv) : 0u;
     int c = __popc(bits);
     int incl = warp_scan(c, lane);
     int total = __shfl_sync(0xffffffffu, incl, 31);
@@ -270,7 +283,10 @@ bsa_invert(const int32_t *d_q2k_idx, const int32_t *d_q2k_num, int BH,
   vsa_list_error *slots =
       (vsa_list_error *)((char *)d_scratch + bitmap_bytes(BH, nq, nkv));
 
-  bsa_invert_scatter_kernel<<<(unsigned)nslots, SC_THREADS, 0, stream>>>(
+  /* Shared words sized to the chunk, so a small nkv leaves room for more
+   * blocks per SM. */
+  const size_t smem = (size_t)(nkv < SC_KV_CHUNK ? nkv : SC_KV_CHUNK) * 4;
+  bsa_invert_scatter_kernel<<<(unsigned)nslots, SC_THREADS, smem, stream>>>(
       d_q2k_idx, d_q2k_num, nq, width, nkv, wpr, nchunks, H, bitmap, slots);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;

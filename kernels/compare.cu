@@ -150,11 +150,11 @@ vsa_compare(const void *d_x, vsa_dtype x_dtype, const void *d_ref,
   if (!d_x || !d_ref) return cudaErrorInvalidValue;
 
   /* Enough blocks to fill every SM, no more: each then loops. */
-  int dev = 0, sms = 132;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-          cudaSuccess)
-    return cudaGetLastError();
+  int dev = 0, sms = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess)
+    e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e != cudaSuccess) return e;
   int64_t want = (n + CMP_THREADS - 1) / CMP_THREADS, cap = (int64_t)sms * 8;
   unsigned grid = (unsigned)(want < cap ? want : cap);
 

@@ -42,9 +42,13 @@ cudaError_t vsa_compare(const void *d_x, vsa_dtype x_dtype, const void *d_ref,
 
 /* ---------------------------------------------------------------------------
  * bsa_invert.cu: q2k -> k2q inversion, deterministic (ascending q order).
- * Scratch is a bitmap of BH*nkv*ceil(nq/32) words, zeroed by the launcher.
- * d_err receives the first validation failure found (code 0 if none); the
- * launcher zeroes it first. Works the other way round by swapping nq/nkv.
+ * Two launches, no global atomics: a scatter builds a bitmap of the lists per
+ * (bh, group of 32 q blocks) in shared memory and writes it out whole; a
+ * gather (one warp per kv row) turns bits into ascending q indices, -1
+ * padding and counts. d_scratch (bsa_invert_scratch_bytes) holds the bitmap
+ * and one error slot per scatter block and is fully overwritten each call;
+ * *d_err receives the first validation failure (code 0 if none). Works the
+ * other way round (k2q -> q2k) by swapping nq/nkv.
  */
 size_t bsa_invert_scratch_bytes(int BH, int nq, int nkv);
 cudaError_t bsa_invert(const int32_t *d_q2k_idx, const int32_t *d_q2k_num,

@@ -38,19 +38,29 @@ void
 vsa_compare_cpu(const void *x, vsa_dtype xt, const void *ref, vsa_dtype rt,
                 int64_t n, vsa_compare_sums *s)
 {
+  /* Sums in blocks of 4096 added into running totals: the rounding error
+   * grows with the block count rather than with n, which keeps this twin
+   * close to the GPU's tree-shaped sums at 10^8+ elements. */
   double diff2 = 0, ref2 = 0, x2 = 0, max_abs = s->max_abs;
   int64_t bad_x = 0, bad_ref = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double a = load(x, xt, i), r = load(ref, rt, i);
-    int fa = isfinite(a), fr = isfinite(r);
-    bad_x += !fa;
-    bad_ref += !fr;
-    if (!fa || !fr) continue;
-    double d = a - r;
-    diff2 += d * d;
-    ref2 += r * r;
-    x2 += a * a;
-    if (fabs(d) > max_abs) max_abs = fabs(d);
+  for (int64_t i0 = 0; i0 < n; i0 += 4096) {
+    int64_t i1 = n - i0 < 4096 ? n : i0 + 4096;
+    double bd = 0, br = 0, bx = 0;
+    for (int64_t i = i0; i < i1; i++) {
+      double a = load(x, xt, i), r = load(ref, rt, i);
+      int fa = isfinite(a), fr = isfinite(r);
+      bad_x += !fa;
+      bad_ref += !fr;
+      if (!fa || !fr) continue;
+      double d = a - r;
+      bd += d * d;
+      br += r * r;
+      bx += a * a;
+      if (fabs(d) > max_abs) max_abs = fabs(d);
+    }
+    diff2 += bd;
+    ref2 += br;
+    x2 += bx;
   }
   s->diff2 += diff2;
   s->ref2 += ref2;

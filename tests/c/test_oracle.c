@@ -1,9 +1,10 @@
 /* test_oracle.c — the fp64 oracle on cases checkable by hand, by finite
- * differences and by dense attention.
+ * differences and by dense attention; and the host comparison sums.
  *
  * Build and run (from the repository root):
  *   gcc -std=c11 -O2 -Wall -Wextra -I src tests/c/test_oracle.c \
- *     src/oracle.c src/list_check.c src/check.c -I/usr/local/cuda/include \
+ *     src/oracle.c src/compare_cpu.c src/list_check.c src/check.c \
+ *     -I/usr/local/cuda/include \
  *     -L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt -lm \
  *     -o /tmp/test_oracle && /tmp/test_oracle
  */
@@ -517,9 +518,40 @@ test_given_forward_and_subsets(void)
   teardown(&p);
 }
 
+// ----------------------------------------------------------------------------
+// The comparison sums used against the oracle
+
+static void
+test_compare_cpu(void)
+{
+  float x[5] = {1, 2, NAN, 4, -0.5f};
+  double r[5] = {1, 3, 5, INFINITY, -0.25};
+  vsa_compare_sums s;
+  memset(&s, 0, sizeof s);
+  vsa_compare_cpu(x, VSA_F32, r, VSA_F64, 5, &s);
+  CHECK(s.diff2 == 1.0625 && s.ref2 == 10.0625 && s.x2 == 5.25 &&
+            s.max_abs == 1 && s.nonfinite_x == 1 && s.nonfinite_ref == 1 &&
+            s.n == 5,
+        "compare_cpu: sums skip non-finite pairs, count each side");
+  /* bf16 1.5 = 0x3FC0; accumulates into the same sums. */
+  uint16_t b[2] = {0x3FC0, 0x7FC0};
+  float f[2] = {1.0f, 0.0f};
+  vsa_compare_cpu(b, VSA_BF16, f, VSA_F32, 2, &s);
+  CHECK(s.diff2 == 1.3125 && s.n == 7 && s.nonfinite_x == 2 &&
+            s.max_abs == 1,
+        "compare_cpu: bf16 input, sums accumulate across calls");
+  vsa_compare_sums t;
+  memset(&t, 0, sizeof t);
+  int32_t ints[2] = {1, 2};
+  vsa_compare_cpu(ints, VSA_I32, f, VSA_F32, 2, &t);
+  CHECK(t.nonfinite_x == 2 && t.diff2 == 0,
+        "compare_cpu: a non-float dtype counts as non-finite (fails loudly)");
+}
+
 int
 main(void)
 {
+  test_compare_cpu();
   test_single_key();
   test_two_keys();
   test_dense();
