@@ -24,9 +24,7 @@
 #ifndef VSA_VERSION
 #define VSA_VERSION "0.0.0"
 #endif
-#ifndef VSA_GIT_REV
-#define VSA_GIT_REV "unknown"
-#endif
+#include "git_rev.h" /* generated at build time: VSA_GIT_REV */
 
 static lua_State *signal_state;
 

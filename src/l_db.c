@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "git_rev.h" /* generated at build time: VSA_GIT_REV */
 #include "db.h"
 #include "lua_api.h"
 

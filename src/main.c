@@ -17,9 +17,7 @@
 #ifndef VSA_VERSION
 #define VSA_VERSION "0.0.0"
 #endif
-#ifndef VSA_GIT_REV
-#define VSA_GIT_REV "unknown"
-#endif
+#include "git_rev.h" /* generated at build time: VSA_GIT_REV */
 
 static const char usage[] =
     "vsalab — block-sparse attention backward kernels: run, check, measure.\n"

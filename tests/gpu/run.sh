@@ -13,6 +13,12 @@ steps=${*:-specs sanitize invert wan720p}
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PATH=$PATH:/usr/local/cuda/bin
+# Lua modules packed beside the binary (tests/gpu/pack.sh) for hosts without them.
+libs=$(dirname "$bin")/lua
+if [ -d "$libs" ]; then
+  export LUA_PATH="$libs/share/?.lua;$libs/share/?/init.lua;;"
+  export LUA_CPATH="$libs/lib/?.so;;"
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,utilization.gpu --format=csv | tee "$out/gpu.txt"
 status=0
 for step in $steps; do

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# pack.sh — gather what a GPU host without Lua packages needs into one
+# folder (default .gpu-bin, git-ignored): build/vsalab plus busted and its
+# Lua/C modules from this machine's Debian packages. Carry that folder and
+# run tests/gpu/run.sh .gpu-bin/vsalab there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+dest=${1:-.gpu-bin}
+rm -rf "$dest"
+mkdir -p "$dest/lua/share" "$dest/lua/lib"
+cp build/vsalab "$dest/"
+cp -rL /usr/share/lua/5.1/. "$dest/lua/share/"
+cp -rL /usr/lib/x86_64-linux-gnu/lua/5.1/. "$dest/lua/lib/"
+du -sh "$dest"
