@@ -76,6 +76,22 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
                              const int32_t *d_vbs, float *d_dq, float *d_dk,
                              float *d_dv, float *d_delta, cudaStream_t stream);
 
+/* ---------------------------------------------------------------------------
+ * bsa_bwd_sm90a.cu: the native Hopper backward (wgmma; sm_90a only, D = 128).
+ * Same contract as bsa_backward_ref with bf16 outputs; d_scratch holds the
+ * fp32 dQ accumulator and Delta (bsa_backward_sm90a_scratch_bytes). Returns
+ * cudaErrorInvalidValue for shapes it does not take.
+ */
+size_t bsa_backward_sm90a_scratch_bytes(const vsa_shape *s);
+cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
+                               const uint16_t *d_q, const uint16_t *d_k,
+                               const uint16_t *d_v, const uint16_t *d_o,
+                               const float *d_lse, const int32_t *d_k2q_idx,
+                               const int32_t *d_k2q_num, int k2q_width,
+                               const int32_t *d_vbs, void *d_scratch,
+                               uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
+                               cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -561,6 +561,53 @@ l_forward_ref(lua_State *L)
   return 2;
 }
 
+/* The arguments every backward takes: (dO, q, k, v, o, lse, k2q_idx,
+ * k2q_num, variable_block_sizes [, opts]) at stack 1..10, checked by name.
+ * vbs contents are read back and checked when check_vbs is set. */
+typedef struct {
+  attn_dims d;
+  vsa_tensor *dO, *q, *k, *v, *o, *lse, *kidx, *knum, *vbs;
+  int nq, nkv;
+  float sm_scale;
+} bwd_args;
+
+static void
+backward_args(lua_State *L, bwd_args *a, int check_vbs)
+{
+  attn_dims *d = &a->d;
+  a->q = qkv_arg(L, 2, "q", d, 1, NULL);
+  a->dO = qkv_arg(L, 1, "dO", d, 0, "q");
+  expect_shape(L, a->dO, "dO", 4, a->q->shape);
+  a->k = qkv_arg(L, 3, "k", d, 0, "q");
+  d->Skv = a->k->shape[2];
+  if (d->Skv % VSA_BLOCK != 0 || d->Skv == 0)
+    vsa_lua_errorf(L, "k: sequence length %lld is not a positive multiple of 64",
+                   (long long)d->Skv);
+  a->v = qkv_arg(L, 4, "v", d, 0, "q");
+  expect_shape(L, a->v, "v", 4, a->k->shape);
+  a->o = qkv_arg(L, 5, "o", d, 0, "q");
+  expect_shape(L, a->o, "o", 4, a->q->shape);
+  a->lse = vsa_lua_checkarg(L, 6, "lse", VSA_F32, 3);
+  int64_t sl[3] = {d->B, d->H, d->Sq};
+  expect_shape(L, a->lse, "lse", 3, sl);
+  expect_device(L, a->lse, "lse", d->device, "q");
+  list_pair(L, 7, 8, "k2q_idx", "k2q_num", &a->kidx, &a->knum);
+  a->nq = (int)(d->Sq / VSA_BLOCK);
+  a->nkv = (int)(d->Skv / VSA_BLOCK);
+  int64_t wantn[3] = {d->B, d->H, a->nkv};
+  expect_shape(L, a->knum, "k2q_num", 3, wantn);
+  expect_device(L, a->kidx, "k2q_idx", d->device, "q");
+  if (check_vbs) {
+    a->vbs = vbs_arg(L, 9, d);
+  } else {
+    a->vbs = index_arg(L, 9, "variable_block_sizes", 1);
+    int64_t want[1] = {a->nkv};
+    expect_shape(L, a->vbs, "variable_block_sizes", 1, want);
+    expect_device(L, a->vbs, "variable_block_sizes", d->device, "q");
+  }
+  a->sm_scale = opt_sm_scale(L, 10, d);
+}
+
 /* vsalab.backward_ref(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out_dtype='bf16'}])
  *   -> dq [B,H,Sq,D], dk, dv [B,H,Skv,D] (bf16 or f32; dq and dk carry
@@ -569,31 +616,14 @@ l_forward_ref(lua_State *L)
 static int
 l_backward_ref(lua_State *L)
 {
-  attn_dims d;
-  vsa_tensor *q = qkv_arg(L, 2, "q", &d, 1, NULL);
-  vsa_tensor *dO = qkv_arg(L, 1, "dO", &d, 0, "q");
-  expect_shape(L, dO, "dO", 4, q->shape);
-  vsa_tensor *k = qkv_arg(L, 3, "k", &d, 0, "q");
-  d.Skv = k->shape[2];
-  if (d.Skv % VSA_BLOCK != 0 || d.Skv == 0)
-    return vsa_lua_errorf(L, "k: sequence length %lld is not a positive multiple of 64",
-                      (long long)d.Skv);
-  vsa_tensor *v = qkv_arg(L, 4, "v", &d, 0, "q");
-  expect_shape(L, v, "v", 4, k->shape);
-  vsa_tensor *o = qkv_arg(L, 5, "o", &d, 0, "q");
-  expect_shape(L, o, "o", 4, q->shape);
-  vsa_tensor *lse = vsa_lua_checkarg(L, 6, "lse", VSA_F32, 3);
-  int64_t sl[3] = {d.B, d.H, d.Sq};
-  expect_shape(L, lse, "lse", 3, sl);
-  expect_device(L, lse, "lse", d.device, "q");
-  vsa_tensor *kidx, *knum;
-  list_pair(L, 7, 8, "k2q_idx", "k2q_num", &kidx, &knum);
-  int nq = (int)(d.Sq / VSA_BLOCK), nkv = (int)(d.Skv / VSA_BLOCK);
-  int64_t wantn[3] = {d.B, d.H, nkv};
-  expect_shape(L, knum, "k2q_num", 3, wantn);
-  expect_device(L, kidx, "k2q_idx", d.device, "q");
-  vsa_tensor *vbs = vbs_arg(L, 9, &d);
-  float sm = opt_sm_scale(L, 10, &d);
+  bwd_args a;
+  backward_args(L, &a, 1);
+  attn_dims d = a.d;
+  vsa_tensor *dO = a.dO, *q = a.q, *k = a.k, *v = a.v, *o = a.o, *lse = a.lse;
+  vsa_tensor *kidx = a.kidx, *knum = a.knum, *vbs = a.vbs;
+  int nq = a.nq, nkv = a.nkv;
+  int64_t sl[3] = {d.B, d.H, d.Sq}, wantn[3] = {d.B, d.H, nkv};
+  float sm = a.sm_scale;
   vsa_dtype out_dt = VSA_BF16;
   if (lua_istable(L, 10)) {
     lua_getfield(L, 10, "out_dtype");
@@ -668,6 +698,104 @@ l_backward_ref(lua_State *L)
     vsa_tensor_release(outs[i]);
   }
   return 3;
+}
+
+/* Compute capability major*10+minor of a device (cached per device). */
+static int
+device_cc(lua_State *L, int dev)
+{
+  static int cached[64];
+  if (dev < 0 || dev >= 64) return 0;
+  if (!cached[dev]) {
+    int ma = 0, mi = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev);
+    if (e != cudaSuccess) raise_cuda(L, e, "device capability");
+    cached[dev] = ma * 10 + mi;
+  }
+  return cached[dev];
+}
+
+/* vsalab.backward_sm90a(dO, q, k, v, o, lse, k2q_idx, k2q_num,
+ *   variable_block_sizes [, {sm_scale=1/sqrt(D), out={dq, dk, dv},
+ *   poison=true, validate=false}]) -> dq, dk, dv bf16 (dq, dk × sm_scale).
+ * The native Hopper kernel (kernels/bsa_bwd_sm90a.cu): CUDA tensors on a
+ * compute capability 9.0 device, D = 128. List and vbs contents are not read
+ * on the host unless validate=true (the kernel itself never reads past a
+ * count and skips out-of-range entries). poison fills the outputs with NaN
+ * first, so an element the kernel fails to write fails every check; out
+ * reuses caller buffers (with poison=false: kernel-only timing). */
+static int
+l_backward_sm90a(lua_State *L)
+{
+  int validate = 0, poison = 1;
+  if (lua_istable(L, 10)) {
+    validate = field_bool(L, 10, "validate", 0);
+    poison = field_bool(L, 10, "poison", 1);
+  }
+  bwd_args a;
+  backward_args(L, &a, validate);
+  attn_dims d = a.d;
+  if (d.device == VSA_CPU)
+    return vsa_lua_errorf(L, "q: backward_sm90a runs on CUDA tensors, got cpu");
+  int cc = device_cc(L, d.device);
+  if (cc != 90)
+    return vsa_lua_errorf(L, "backward_sm90a needs compute capability 9.0, cuda:%d is %d.%d",
+                          d.device, cc / 10, cc % 10);
+  if (d.D != 128)
+    return vsa_lua_errorf(L, "q: backward_sm90a takes head dim 128, got %lld", (long long)d.D);
+  vsa_shape s;
+  fill_shape(&d, &s, a.sm_scale);
+  int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
+  if (validate) {
+    int64_t qi[4] = {d.B, d.H, a.nq, a.nkv}, qn[3] = {d.B, d.H, a.nq};
+    vsa_tensor *ti = vsa_lua_newtensor(L, VSA_I32, d.device, 4, qi);
+    vsa_tensor *tn = vsa_lua_newtensor(L, VSA_I32, d.device, 3, qn);
+    invert_into(L, a.kidx, a.knum, (int)d.H, a.nq, ti, tn, 1, "k2q_idx",
+                "k2q_num", "kv block");
+    vsa_tensor_release(ti);
+    vsa_tensor_release(tn);
+    lua_pop(L, 2);
+  }
+  vsa_tensor *outs[3];
+  const char *names[3] = {"out[1] (dq)", "out[2] (dk)", "out[3] (dv)"};
+  int have_out = 0;
+  if (lua_istable(L, 10)) {
+    lua_getfield(L, 10, "out");
+    have_out = !lua_isnil(L, -1);
+    if (have_out) {
+      luaL_checktype(L, -1, LUA_TTABLE);
+      int t = lua_gettop(L);
+      for (int x = 0; x < 3; x++) {
+        lua_rawgeti(L, t, x + 1);
+        outs[x] = vsa_lua_checkarg(L, lua_gettop(L), names[x], VSA_BF16, 4);
+        expect_shape(L, outs[x], names[x], 4, x == 0 ? sq : sk);
+        expect_device(L, outs[x], names[x], d.device, "q");
+      }
+    } else {
+      lua_pop(L, 1);
+    }
+  }
+  if (!have_out)
+    for (int x = 0; x < 3; x++)
+      outs[x] = vsa_lua_newtensor(L, VSA_BF16, d.device, 4, x == 0 ? sq : sk);
+  if (poison)
+    for (int x = 0; x < 3; x++)
+      if (vsa_tensor_fill(outs[x], NAN) != 0) return vsa_lua_raise(L);
+  void *ws = get_scratch(L, d.device, bsa_backward_sm90a_scratch_bytes(&s));
+  if (poison) {
+    cudaError_t e = vsa_fill(ws, VSA_F32, (int64_t)(bsa_backward_sm90a_scratch_bytes(&s) / 4), NAN, 0);
+    if (e != cudaSuccess) raise_cuda(L, e, "scratch poison");
+  }
+  cudaError_t e = bsa_backward_sm90a(
+      &s, vsa_tensor_data(a.dO), vsa_tensor_data(a.q), vsa_tensor_data(a.k),
+      vsa_tensor_data(a.v), vsa_tensor_data(a.o), vsa_tensor_data(a.lse),
+      vsa_tensor_data(a.kidx), vsa_tensor_data(a.knum), (int)a.kidx->shape[3],
+      vsa_tensor_data(a.vbs), ws, vsa_tensor_data(outs[0]),
+      vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]), 0);
+  if (e != cudaSuccess) raise_cuda(L, e, "bsa_backward_sm90a");
+  return 3; /* the three outputs are the top of the stack */
 }
 
 // ----------------------------------------------------------------------------
@@ -879,6 +1007,7 @@ static const luaL_Reg functions[] = {
     {"video_blocks", l_video_blocks}, {"random_topk", l_random_topk},
     {"pair_count", l_pair_count}, {"invert_indices", l_invert_indices},
     {"forward_ref", l_forward_ref}, {"backward_ref", l_backward_ref},
+    {"backward_sm90a", l_backward_sm90a},
     {"oracle", l_oracle}, {"compare", l_compare},
     {NULL, NULL}};
 

@@ -1,10 +1,13 @@
 -- The registry of backward implementations.
 --
--- Each entry: {name=, description=, supported=function(device) -> ok, why,
--- run=function(p, opts) -> dq, dk, dv, bench_opts={...}}, where p is a
--- problem (vsalab.problem.build) and dq, dk carry sm_scale. Experiments and
--- the CASES runner iterate over backends.available(device), so a new kernel
--- plugs in everywhere by one register{} call.
+-- Each entry: {name=, description=, supported=function(device, p) -> ok, why,
+-- run=function(p, opts) -> dq, dk, dv (fresh, NaN-poisoned outputs),
+-- timed=function(p, outs) -> fn (optional: a closure that reruns the kernel
+-- into outs without allocating or poisoning, for kernel-only timing),
+-- bench_opts={...}}, where p is a problem (vsalab.problem.build) and dq, dk
+-- carry sm_scale. Experiments and the CASES runner iterate over
+-- backends.available(device, p), so a new kernel plugs in everywhere by one
+-- register{} call.
 local core = require "vsalab.core"
 
 local M = {list = {}}
@@ -24,15 +27,36 @@ function M.get(name)
   error("no backward named '" .. tostring(name) .. "'", 2)
 end
 
--- Backends that run on device ('cpu' or 'cuda'), in registration order.
-function M.available(device)
+-- ok, why: can backend `name` run on device ('cpu' or 'cuda') for problem
+-- p (optional)? Decided from shapes, dtypes and the device only.
+function M.supported(name, device, p)
+  local b = M.get(name)
+  if b.supported then return b.supported(device, p) end
+  return true
+end
+
+-- Backends that run on device for problem p (optional), in registration order.
+function M.available(device, p)
   local out = {}
   for _, b in ipairs(M.list) do
-    local ok = true
-    if b.supported then ok = b.supported(device) end
-    if ok then out[#out + 1] = b end
+    if (b.supported == nil) or b.supported(device, p) then out[#out + 1] = b end
   end
   return out
+end
+
+-- The backward to use on device for p: the native kernel of the device's
+-- architecture when it takes p, the reference otherwise.
+function M.pick(device, p)
+  for _, name in ipairs{"sm100a", "sm90a"} do
+    if M.supported(name, device, p) then return M.get(name) end
+  end
+  return M.get("reference")
+end
+
+local function cuda_cc()
+  local ok, why = core.cuda_available()
+  if not ok then return nil, why end
+  return core.device_info().cc
 end
 
 M.register{
@@ -46,6 +70,40 @@ M.register{
     return core.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
       p.k2q_num, p.vbs, {sm_scale = p.sm_scale, out_dtype = opts.out_dtype})
   end,
+}
+
+M.register{
+  name = "sm90a",
+  description = "native Hopper backward: wgmma, one warpgroup per kv block (v1)",
+  supported = function(device, p)
+    if device == "cpu" then return false, "sm90a runs on CUDA tensors" end
+    local cc, why = cuda_cc()
+    if not cc then return false, why end
+    if cc ~= "9.0" then return false, "sm90a needs compute capability 9.0, this GPU is " .. cc end
+    if p and p.D ~= 128 then return false, "sm90a takes head dim 128, got " .. tostring(p.D) end
+    return true
+  end,
+  bench_opts = {warmup = 3, repeats = 20},
+  run = function(p)
+    return core.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
+      p.k2q_num, p.vbs, {sm_scale = p.sm_scale})
+  end,
+  timed = function(p, outs)
+    local opts = {sm_scale = p.sm_scale, poison = false, out = {outs.dq, outs.dk, outs.dv}}
+    return function()
+      core.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
+        p.k2q_num, p.vbs, opts)
+    end
+  end,
+}
+
+-- Written later; no Blackwell GPU is lent to this project, so sm_100a code
+-- is compiled and inspected but never run.
+M.register{
+  name = "sm100a",
+  description = "native Blackwell backward (tcgen05): not written yet",
+  supported = function() return false, "sm100a backward not written yet (no Blackwell GPU to run it on)" end,
+  run = function() error("sm100a backward not written yet", 2) end,
 }
 
 return M

@@ -2,14 +2,14 @@
 # tests/gpu/run.sh — the GPU test runner (NVIDIA H200 through the device
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
-# steps (default all): specs sanitize invert wan720p
+# steps (default all): quick specs sanitize invert seed_sweep wan720p
 # Logs go to $OUT (or ./gpu-out) as specs.log, sanitize.log, invert.log,
 # wan720p.log and results.db.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-build/vsalab}
 shift || true
-steps=${*:-specs sanitize invert wan720p}
+steps=${*:-quick specs sanitize invert seed_sweep wan720p}
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PATH=$PATH:/usr/local/cuda/bin
@@ -27,9 +27,13 @@ for step in $steps; do
   case $step in
     specs) "$bin" run tests/run_busted.lua --tags=gpu -o utfTerminal tests/gpu 2>&1 | tee "$out/specs.log" ;;
     sanitize)
-      for tool in memcheck racecheck; do
+      for tool in memcheck racecheck synccheck; do
         compute-sanitizer --tool $tool --error-exitcode 3 "$bin" run tests/gpu/sanitize.lua 2>&1 | tail -4
       done | tee "$out/sanitize.log" ;;
+    quick)
+      cuobjdump --dump-sass "$bin" 2>/dev/null | grep -oE "HGMMA\.[0-9A-Za-z.]+" | sort | uniq -c | tee "$out/sass.txt"
+      "$bin" run tests/gpu/sm90a_quick.lua 2>&1 | tee "$out/quick.log" ;;
+    seed_sweep) "$bin" run --db "$out/results.db" experiments/seed_sweep.lua 2>&1 | tee "$out/seed_sweep.log" ;;
     invert) "$bin" run --db "$out/results.db" experiments/invert_bench.lua 2>&1 | tee "$out/invert.log" ;;
     wan720p) "$bin" run --db "$out/results.db" experiments/wan720p.lua 2>&1 | tee "$out/wan720p.log" ;;
     *) echo "unknown step $step"; status=2 ;;
@@ -37,5 +41,7 @@ for step in $steps; do
   rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || status=$rc
   echo "=== $step: exit $rc, $(( $(date +%s) - start )) s"
+  # A failing first look stops the run: later steps would only repeat it.
+  if [ "$step" = quick ] && [ "$rc" -ne 0 ]; then break; fi
 done
 exit $status
