@@ -31,7 +31,6 @@ local function anchors(r)
   return ({[10] = "Triton bwd 143 ms (303 TFLOPS)", [25] = "Triton bwd 354 ms (307 TFLOPS)"})[pct]
 end
 
-local nbh = function(H) return H end
 exp.run{name = "wan720p", device = "cuda", configs = configs,
   seed = vsalab.context.seed, anchors = anchors,
-  check = {bh = nil, q_blocks = a.check_blocks, kv_blocks = a.check_blocks}}
+  check = {heads = a.check_heads, q_blocks = a.check_blocks, kv_blocks = a.check_blocks}}

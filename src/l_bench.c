@@ -71,6 +71,14 @@ l_bench_raw(lua_State *L)
   if (lua_isnoneornil(L, 2)) lua_newtable(L);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
+  lua_pushnil(L);
+  while (lua_next(L, 2) != 0) {
+    lua_pop(L, 1);
+    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "?";
+    if (strcmp(k, "warmup") && strcmp(k, "repeats") && strcmp(k, "clock") &&
+        strcmp(k, "keep_samples"))
+      return vsa_lua_errorf(L, "bench: unknown option '%s' (takes warmup, repeats, clock, keep_samples)", k);
+  }
   int warmup = opt_count(L, 2, "warmup", 3, 0, 1000000);
   int repeats = opt_count(L, 2, "repeats", 20, 1, 1000000);
   lua_getfield(L, 2, "clock");

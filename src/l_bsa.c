@@ -150,6 +150,30 @@ raise_cuda(lua_State *L, cudaError_t e, const char *what)
   vsa_lua_raise(L);
 }
 
+/* Raise on a key of the options table at idx that fn does not take, so a
+ * misspelt option (smscale=) is an error instead of a silent default. */
+static void
+check_keys(lua_State *L, int idx, const char *fn, const char *const *allowed)
+{
+  if (!lua_istable(L, idx)) return;
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    lua_pop(L, 1);
+    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    int ok = 0;
+    for (int i = 0; k && allowed[i]; i++) ok |= strcmp(k, allowed[i]) == 0;
+    if (!ok) {
+      char list[256] = "";
+      for (int i = 0; allowed[i]; i++) {
+        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, allowed[i], sizeof list - strlen(list) - 1);
+      }
+      vsa_lua_errorf(L, "%s: unknown option '%s' (takes %s)", fn,
+                     k ? k : luaL_typename(L, -1), list);
+    }
+  }
+}
+
 // ----------------------------------------------------------------------------
 // device scratch (grow-only, one per process): inversion bitmaps, errors
 
@@ -201,6 +225,8 @@ get_scratch(lua_State *L, int dev, size_t bytes)
 static int
 l_video_blocks(lua_State *L)
 {
+  static const char *const keys[] = {"T", "H", "W", "tile", "device", NULL};
+  check_keys(L, 1, "video_blocks", keys);
   luaL_checktype(L, 1, LUA_TTABLE);
   int T = field_int(L, 1, "T", 1, 0, 1, 1 << 20);
   int Hh = field_int(L, 1, "H", 1, 0, 1, 1 << 20);
@@ -239,6 +265,8 @@ l_video_blocks(lua_State *L)
 static int
 l_random_topk(lua_State *L)
 {
+  static const char *const keys[] = {"B", "H", "nq", "nkv", "topk", "density", "width", "ragged", "seed", "device", NULL};
+  check_keys(L, 1, "random_topk", keys);
   luaL_checktype(L, 1, LUA_TTABLE);
   int B = field_int(L, 1, "B", 1, 0, 1, 65535);
   int H = field_int(L, 1, "H", 1, 0, 1, 65535);
@@ -248,6 +276,11 @@ l_random_topk(lua_State *L)
   lua_getfield(L, 1, "topk");
   int has_topk = !lua_isnil(L, -1);
   lua_pop(L, 1);
+  lua_getfield(L, 1, "density");
+  int has_density = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (has_topk && has_density)
+    return vsa_lua_errorf(L, "random_topk: give 'density' or 'topk', not both");
   if (has_topk) {
     topk = field_int(L, 1, "topk", 1, 0, 0, nkv);
   } else {
@@ -365,10 +398,14 @@ list_pair(lua_State *L, int i_idx, int n_idx, const char *iname,
 static int
 l_invert_indices(lua_State *L)
 {
+  static const char *const keys[] = {"out", "check", NULL};
+  check_keys(L, 4, "invert_indices", keys);
   vsa_tensor *idx, *num;
   list_pair(L, 1, 2, "q2k_idx", "q2k_num", &idx, &num);
-  int nkv = (int)luaL_checkinteger(L, 3);
-  luaL_argcheck(L, nkv >= 1 && nkv <= (1 << 24), 3, "num_kv_blocks must be in [1, 2^24]");
+  lua_Number nkvn = luaL_checknumber(L, 3);
+  luaL_argcheck(L, nkvn == floor(nkvn) && nkvn >= 1 && nkvn <= (1 << 24), 3,
+                "num_kv_blocks must be an integer in [1, 2^24]");
+  int nkv = (int)nkvn;
   int check = 1;
   vsa_tensor *oi = NULL, *on = NULL;
   int64_t si[4] = {idx->shape[0], idx->shape[1], nkv, idx->shape[2]};
@@ -498,6 +535,8 @@ fill_shape(const attn_dims *d, vsa_shape *s, float sm_scale)
 static int
 l_forward_ref(lua_State *L)
 {
+  static const char *const keys[] = {"sm_scale", NULL};
+  check_keys(L, 7, "forward_ref", keys);
   attn_dims d;
   vsa_tensor *q = qkv_arg(L, 1, "q", &d, 1, NULL);
   vsa_tensor *k = qkv_arg(L, 2, "k", &d, 0, "q");
@@ -616,6 +655,8 @@ backward_args(lua_State *L, bwd_args *a, int check_vbs)
 static int
 l_backward_ref(lua_State *L)
 {
+  static const char *const keys[] = {"sm_scale", "out_dtype", NULL};
+  check_keys(L, 10, "backward_ref", keys);
   bwd_args a;
   backward_args(L, &a, 1);
   attn_dims d = a.d;
@@ -729,6 +770,8 @@ device_cc(lua_State *L, int dev)
 static int
 l_backward_sm90a(lua_State *L)
 {
+  static const char *const keys[] = {"sm_scale", "out", "poison", "validate", NULL};
+  check_keys(L, 10, "backward_sm90a", keys);
   int validate = 0, poison = 1;
   if (lua_istable(L, 10)) {
     validate = field_bool(L, 10, "validate", 0);
@@ -886,6 +929,8 @@ field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
 static int
 l_oracle(lua_State *L)
 {
+  static const char *const keys[] = {"q", "k", "v", "dO", "o", "lse", "q2k_idx", "q2k_num", "variable_block_sizes", "sm_scale", "bh", "q_blocks", "kv_blocks", NULL};
+  check_keys(L, 1, "oracle", keys);
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
   vsa_tensor *q = field_f64(L, 1, "q", 1);

@@ -323,12 +323,16 @@ case(5, "empty rows and empty blocks", {}, function(r, b, env)
   local c = check.check_outputs(out, ref)
   r("vs oracle", c.passed, c.errors, seed)
   local ok, why = true, ""
-  local function need(z, w, what) if not z then ok, why = false, what .. ": " .. w end end
-  for _, i in ipairs{2, 4, 5, 6} do need(exactly_zero(out.dq, 0, 0, 64 * i, 64), "dq q block " .. i) end
-  need(exactly_zero(out.dq, 0, 1, 0, 512), "dq of the empty head")
+  -- need(what, t, b, h, r0, n): rows [r0, r0+n) of slice (b, h) of t are 0.
+  local function need(what, ...)
+    local z, w = exactly_zero(...)
+    if not z then ok, why = false, what .. ": " .. w end
+  end
+  for _, i in ipairs{2, 4, 5, 6} do need("dq q block " .. i, out.dq, 0, 0, 64 * i, 64) end
+  need("dq of the empty head", out.dq, 0, 1, 0, 512)
   for _, name in ipairs{"dk", "dv"} do
-    need(exactly_zero(out[name], 0, 0, 64 * 3, 64), name .. " of vbs=0 block")
-    need(exactly_zero(out[name], 0, 1, 0, 512), name .. " of the empty head")
+    need(name .. " of vbs=0 block", out[name], 0, 0, 64 * 3, 64)
+    need(name .. " of the empty head", out[name], 0, 1, 0, 512)
   end
   r("empty rows and blocks exactly 0", ok, nil, seed, why)
   -- Saved lse of rows with no valid key must not matter.
@@ -435,6 +439,7 @@ case(8, "dQ accumulation races", {gpu = true}, function(r, b, env)
 end)
 
 case(9, "determinism", {}, function(r, b, env)
+  local deterministic = b.deterministic_dq ~= false
   local seed = env.next_seed()
   local rand = lcg(seed)
   local p = make(env, {H = 4, nq = 16, nkv = 16, seed = seed,
@@ -466,12 +471,19 @@ case(9, "determinism", {}, function(r, b, env)
     local o = outputs(b, q)
     for _, name in ipairs{"dq", "dk", "dv"} do
       local e, m = bitwise_equal(o[name], first[name])
+      if name == "dq" and not deterministic then
+        -- Without a deterministic mode dq may differ within 1e-5 (CASES 9).
+        local c = core.compare(o[name], first[name])
+        e, m = c.rel_l2 <= 1e-5 and c.nonfinite == 0, string.format("rel L2 %.3g", c.rel_l2)
+      end
       if not e then same, why = false, "run " .. run .. " " .. name .. ": " .. m end
     end
     free_all(o)
     if q ~= p then q.k2q_idx:free() end
   end
-  r("10 runs (5 with permuted lists) bitwise identical [deterministic mode]", same, nil, seed, why)
+  r(string.format("10 runs (5 with permuted lists): dk/dv bitwise, dq %s [%s mode]",
+    deterministic and "bitwise" or "within 1e-5", deterministic and "deterministic" or "atomic"),
+    same, nil, seed, why)
   free_all(p, first)
 end)
 
@@ -660,6 +672,8 @@ end
 -- Run every case (or env.only = {ids}) for backend on env.device. Returns
 -- the list of results; cases with gpu=true are skipped on the CPU.
 function M.run(backend, env)
+  if type(backend) == "string" then backend = require("vsalab.backends").get(backend) end
+  assert(type(backend) == "table" and backend.run, "cases.run: expected a backend or its name")
   env = env or {}
   env.device = env.device or "cpu"
   env.D = env.D or (env.device == "cpu" and 64 or 128)

@@ -21,7 +21,13 @@ end
 
 function M.check_outputs(outs, refs, opts)
   opts = opts or {}
-  local names = opts.names or {"dq", "dk", "dv"}
+  local names = opts.names
+  if not names then -- the outputs present in outs, in the usual order
+    names = {}
+    for _, n in ipairs{"dq", "dk", "dv", "o", "lse"} do
+      if outs[n] then names[#names + 1] = n end
+    end
+  end
   local res = {passed = true, errors = {}}
   for _, name in ipairs(names) do
     local x, r = outs[name], refs[name]
@@ -72,13 +78,16 @@ end
 -- fp64 oracle (src/oracle.c) given p's o and lse, on the (b, h) slices in
 -- opts.bh (0-based b·H + h; default first and last) and, per slice, the
 -- dq rows of opts.q_blocks and the dk/dv rows of opts.kv_blocks (lists of
--- 0-based ids, or counts sampled by sample_ids; default all blocks). Errors
+-- 0-based ids, or counts sampled by sample_ids; default all blocks);
+-- opts.heads samples that many slices when opts.bh is not given. Errors
 -- are pooled over the checked rows, with the check_outputs verdicts.
 function M.spot_check(p, outs, opts)
   local problem = require "vsalab.problem"
   opts = opts or {}
   local nbh = p.B * p.H
-  local bhs = opts.bh or (nbh > 1 and {0, nbh - 1} or {0})
+  -- bh: a list of (b, h) slices; else opts.heads of them sampled (default 2:
+  -- the first and the last).
+  local bhs = opts.bh or M.sample_ids(nbh, opts.heads or 2, (p.seed or 1) * 31 + 3)
   local function ids(v, n, salt)
     if type(v) == "table" then return v end
     if v == nil or v >= n then

@@ -61,6 +61,10 @@ end
 
 function M.run(e)
   local device = e.device or "cuda"
+  if device ~= "cpu" then
+    local ok, why = core.cuda_available()
+    if not ok then error(e.name .. " needs a CUDA device: " .. tostring(why), 0) end
+  end
   local seed = e.seed or 1
   local rows = {}
   local n = #e.configs

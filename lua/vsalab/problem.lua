@@ -30,6 +30,11 @@ function M.build(s)
   else
     Sq = assert(s.Sq, "Sq (or latent) is required")
     Skv = s.Skv or Sq
+    for name, v in pairs{Sq = Sq, Skv = Skv} do
+      if v <= 0 or v % 64 ~= 0 then
+        error(string.format("problem.build: %s = %s is not a positive multiple of 64", name, tostring(v)), 2)
+      end
+    end
     vbs = s.vbs or core.full({Skv / 64}, 64, {dtype = "i32", device = dev})
   end
   local nq, nkv = Sq / 64, Skv / 64

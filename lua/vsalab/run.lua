@@ -52,6 +52,8 @@ function M.log(row)
   local t = {}
   for k, v in pairs(row) do t[k] = v end
   t.run_id = r.id
+  -- A failed check voids the speed figure: never store TFLOPS of a wrong output.
+  if t.passed == false or t.passed == 0 then t.tflops = nil end
   if type(t.extra) == "table" then t.extra = json.encode(t.extra) end
   -- result_error keeps these per output; other keys (tol, sums) stay out.
   if t.errors then

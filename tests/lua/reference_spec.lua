@@ -77,3 +77,30 @@ describe("reference on the CPU", function()
     assert.truthy(H.err(vsalab.forward_ref, p.q, p.k, p.v, p.q2k_idx, p.q2k_num, p.vbs, {sm_scale = -1}):match("sm_scale"))
   end)
 end)
+
+describe("the case runner has teeth", function()
+  it("catches a backward that forgets the vbs mask", function()
+    local broken = {name = "nomask", run = function(p)
+      return vsalab.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
+        p.k2q_num, vsalab.full({p.nkv}, 64, {dtype = "i32"}), {sm_scale = p.sm_scale})
+    end}
+    local res = vsalab.cases.run(broken, {device = "cpu", seed = H.seed(), only = {2, 5}})
+    local failed, crashed = 0, 0
+    for _, r in ipairs(res) do
+      if not r.passed then failed = failed + 1 end
+      if r.check == "ran without error" then crashed = crashed + 1 end
+    end
+    assert.is_true(failed >= 2)
+    assert.equal(0, crashed)
+  end)
+end)
+
+describe("options", function()
+  it("rejects misspelt option keys and conflicting ones", function()
+    local p = vsalab.problem.build{B = 1, H = 1, Sq = 128, D = 16, topk = 1, seed = 1, device = "cpu"}
+    assert.truthy(H.err(vsalab.forward_ref, p.q, p.k, p.v, p.q2k_idx, p.q2k_num, p.vbs, {smscale = 1}):match("unknown option 'smscale'"))
+    assert.truthy(H.err(vsalab.bench, function() end, {clockk = "host"}):match("unknown option 'clockk'"))
+    assert.truthy(H.err(vsalab.random_topk, {B = 1, H = 1, nq = 2, nkv = 2, topk = 1, density = 0.5, seed = 1}):match("not both"))
+    assert.truthy(H.err(vsalab.invert_indices, p.q2k_idx, p.q2k_num, 2.5):match("integer"))
+  end)
+end)
