@@ -760,7 +760,10 @@ device_cc(lua_State *L, int dev)
 
 /* vsalab.backward_sm90a(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out={dq, dk, dv},
- *   poison=true, validate=false}]) -> dq, dk, dv bf16 (dq, dk × sm_scale).
+ *   poison=true, validate=false, canonical=true}]) -> dq, dk, dv bf16 (dq,
+ *   dk × sm_scale). canonical sorts each kv list (two inversions) so dk/dv
+ *   are bitwise the same whatever the list order; canonical=false skips it
+ *   for lists already ascending (vsalab.invert_indices output).
  * The native Hopper kernel (kernels/bsa_bwd_sm90a.cu): CUDA tensors on a
  * compute capability 9.0 device, D = 128. List and vbs contents are not read
  * on the host unless validate=true (the kernel itself never reads past a
@@ -770,12 +773,13 @@ device_cc(lua_State *L, int dev)
 static int
 l_backward_sm90a(lua_State *L)
 {
-  static const char *const keys[] = {"sm_scale", "out", "poison", "validate", NULL};
+  static const char *const keys[] = {"sm_scale", "out", "poison", "validate", "canonical", NULL};
   check_keys(L, 10, "backward_sm90a", keys);
-  int validate = 0, poison = 1;
+  int validate = 0, poison = 1, canonical = 1;
   if (lua_istable(L, 10)) {
     validate = field_bool(L, 10, "validate", 0);
     poison = field_bool(L, 10, "poison", 1);
+    canonical = field_bool(L, 10, "canonical", 1);
   }
   bwd_args a;
   backward_args(L, &a, validate);
@@ -791,15 +795,36 @@ l_backward_sm90a(lua_State *L)
   vsa_shape s;
   fill_shape(&d, &s, a.sm_scale);
   int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
-  if (validate) {
+  vsa_tensor *ci = NULL, *cn = NULL;
+  if (validate || canonical) {
+    /* k2q -> q2k validates the lists; q2k -> k2q again gives every kv row
+     * its q blocks in ascending order, so dk/dv (summed in list order) do
+     * not depend on the caller's order. Kept on the stack until the end. */
     int64_t qi[4] = {d.B, d.H, a.nq, a.nkv}, qn[3] = {d.B, d.H, a.nq};
     vsa_tensor *ti = vsa_lua_newtensor(L, VSA_I32, d.device, 4, qi);
     vsa_tensor *tn = vsa_lua_newtensor(L, VSA_I32, d.device, 3, qn);
-    invert_into(L, a.kidx, a.knum, (int)d.H, a.nq, ti, tn, 1, "k2q_idx",
+    invert_into(L, a.kidx, a.knum, (int)d.H, a.nq, ti, tn, validate, "k2q_idx",
                 "k2q_num", "kv block");
+    if (canonical) {
+      int64_t ki[4] = {d.B, d.H, a.nkv, a.nq}, kn[3] = {d.B, d.H, a.nkv};
+      ci = vsa_lua_newtensor(L, VSA_I32, d.device, 4, ki);
+      cn = vsa_lua_newtensor(L, VSA_I32, d.device, 3, kn);
+      invert_into(L, ti, tn, (int)d.H, a.nkv, ci, cn, 0, "q2k_idx", "q2k_num",
+                  "q block");
+    }
+    /* Free the q2k lists now; their userdata may be collected once popped. */
     vsa_tensor_release(ti);
     vsa_tensor_release(tn);
-    lua_pop(L, 2);
+    if (canonical) {
+      lua_remove(L, -3);
+      lua_remove(L, -3);
+    } else {
+      lua_pop(L, 2);
+    }
+  }
+  if (ci) {
+    a.kidx = ci;
+    a.knum = cn;
   }
   vsa_tensor *outs[3];
   const char *names[3] = {"out[1] (dq)", "out[2] (dk)", "out[3] (dv)"};
