@@ -2,7 +2,8 @@
 # tests/gpu/run.sh — the GPU test runner (NVIDIA H200 through the device
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
-# steps (default all): quick specs sanitize invert seed_sweep wan720p
+# steps (default all but profile): quick specs sanitize invert seed_sweep
+# wan720p profile
 # Logs go to $OUT (or ./gpu-out) as specs.log, sanitize.log, invert.log,
 # wan720p.log and results.db.
 set -uo pipefail
@@ -33,6 +34,10 @@ for step in $steps; do
     quick)
       cuobjdump --dump-sass "$bin" 2>/dev/null | grep -oE "HGMMA\.[0-9A-Za-z.]+" | sort | uniq -c | tee "$out/sass.txt"
       "$bin" run tests/gpu/sm90a_quick.lua 2>&1 | tee "$out/quick.log" ;;
+    profile)
+      ncu --clock-control none -k regex:bwd_kernel -c 1 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+        "$bin" run tests/gpu/profile.lua 2>&1 | tee "$out/profile.log" ;;
     seed_sweep) "$bin" run --db "$out/results.db" experiments/seed_sweep.lua 2>&1 | tee "$out/seed_sweep.log" ;;
     invert) "$bin" run --db "$out/results.db" experiments/invert_bench.lua 2>&1 | tee "$out/invert.log" ;;
     wan720p) "$bin" run --db "$out/results.db" experiments/wan720p.lua 2>&1 | tee "$out/wan720p.log" ;;
