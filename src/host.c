@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "embedded.h"
@@ -27,6 +28,8 @@
 #include "git_rev.h" /* generated at build time: VSA_GIT_REV */
 
 static lua_State *signal_state;
+static volatile sig_atomic_t interrupted; /* set by SIGINT/SIGTERM */
+static struct timespec first_signal;
 
 // ----------------------------------------------------------------------------
 // interrupts
@@ -39,11 +42,26 @@ interrupt_hook(lua_State *L, lua_Debug *ar)
   luaL_error(L, "interrupted!");
 }
 
+/* First SIGINT/SIGTERM: raise "interrupted!" at the next Lua instruction,
+ * so the script unwinds and the run is closed as 'interrupted'. A second one
+ * exits at once, except within 0.2 s of the first (`timeout` and shells send
+ * one signal to the process and one to its group: the same interrupt). */
 static void
-on_sigint(int sig)
+on_signal(int sig)
 {
-  /* A second Ctrl-C while the first is pending exits at once. */
-  signal(sig, SIG_DFL);
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (interrupted) {
+    double dt = (now.tv_sec - first_signal.tv_sec) +
+                (now.tv_nsec - first_signal.tv_nsec) * 1e-9;
+    if (dt > 0.2) {
+      signal(sig, SIG_DFL);
+      raise(sig);
+    }
+    return;
+  }
+  interrupted = 1;
+  first_signal = now;
   if (signal_state)
     lua_sethook(signal_state, interrupt_hook,
                 LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
@@ -125,9 +143,11 @@ docall(lua_State *L, int nargs, int nres)
   lua_pushcfunction(L, traceback);
   lua_insert(L, base);
   signal_state = L;
-  signal(SIGINT, on_sigint);
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
   int rc = lua_pcall(L, nargs, nres, base);
   signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   lua_remove(L, base);
   if (rc != 0) lua_gc(L, LUA_GCCOLLECT, 0);
   return rc;
@@ -238,7 +258,7 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
     const char *msg = lua_tostring(L, -1);
     if (!msg) msg = "(error object is not a string)";
     fprintf(stderr, "vsalab: %s\n", msg);
-    const char *status = strstr(msg, "interrupted!") ? "interrupted" : "failed";
+    const char *status = interrupted ? "interrupted" : "failed";
     finish_run(L, status, msg);
     lua_pop(L, 1);
     return 1;

@@ -238,7 +238,10 @@ l_video_blocks(lua_State *L)
       vsa_lua_errorf(L, "field 'tile' must be a table of 3 integers");
     for (int i = 0; i < 3; i++) {
       lua_rawgeti(L, -1, i + 1);
-      tile[i] = (int)lua_tointeger(L, -1);
+      lua_Number v = lua_tonumber(L, -1);
+      if (lua_type(L, -1) != LUA_TNUMBER || v != floor(v) || v < 1 || v > 64)
+        vsa_lua_errorf(L, "field 'tile' must hold 3 integers in [1, 64]");
+      tile[i] = (int)v;
       lua_pop(L, 1);
     }
   }
@@ -297,8 +300,8 @@ l_random_topk(lua_State *L)
   if (lua_isnil(L, -1)) return vsa_lua_errorf(L, "field 'seed' is required");
   lua_pop(L, 1);
   double seed = field_num(L, 1, "seed", 0);
-  if (!(seed >= 0) || seed != floor(seed))
-    return vsa_lua_errorf(L, "field 'seed' must be a non-negative integer");
+  if (!(seed >= 0 && seed == floor(seed) && seed < 9007199254740992.0))
+    return vsa_lua_errorf(L, "field 'seed' must be an integer in [0, 2^53)");
   int dev = field_device(L, 1);
   int64_t si[4] = {B, H, nq, width}, sn[3] = {B, H, nq};
   vsa_tensor *hi = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 4, si);
@@ -328,7 +331,10 @@ l_pair_count(lua_State *L)
   }
   const int32_t *p = vsa_tensor_data(h);
   double s = 0;
-  for (int64_t i = 0; i < n; i++) s += p[i];
+  for (int64_t i = 0; i < n; i++) {
+    if (p[i] < 0) return vsa_lua_errorf(L, "pair_count: count %d at position %lld is negative", p[i], (long long)i);
+    s += p[i];
+  }
   lua_pushnumber(L, s);
   return 1;
 }
@@ -425,6 +431,9 @@ l_invert_indices(lua_State *L)
       expect_shape(L, on, "out[2] (k2q_num)", 3, sn);
       expect_device(L, oi, "out[1] (k2q_idx)", idx->device, "q2k_idx");
       expect_device(L, on, "out[2] (k2q_num)", idx->device, "q2k_idx");
+      if (oi->st == on->st || oi->st == idx->st || oi->st == num->st ||
+          on->st == idx->st || on->st == num->st)
+        return vsa_lua_errorf(L, "invert_indices: out buffers must not share memory with each other or the inputs");
     }
   }
   if (!oi) {
@@ -509,8 +518,8 @@ opt_sm_scale(lua_State *L, int idx, const attn_dims *d)
   if (!lua_isnoneornil(L, idx)) {
     luaL_checktype(L, idx, LUA_TTABLE);
     s = field_num(L, idx, "sm_scale", s);
-    if (!(s > 0) || !isfinite(s))
-      vsa_lua_errorf(L, "field 'sm_scale' must be a positive finite number");
+    if (!(s >= 1e-30 && s <= 1e30))
+      vsa_lua_errorf(L, "field 'sm_scale' must be a finite number in [1e-30, 1e30] (it is used as a float)");
   }
   return (float)s;
 }
@@ -848,6 +857,17 @@ l_backward_sm90a(lua_State *L)
   if (!have_out)
     for (int x = 0; x < 3; x++)
       outs[x] = vsa_lua_newtensor(L, VSA_BF16, d.device, 4, x == 0 ? sq : sk);
+  else {
+    const vsa_tensor *ins[] = {a.dO, a.q, a.k, a.v, a.o, a.lse, a.kidx, a.knum, a.vbs};
+    for (int x = 0; x < 3; x++) {
+      for (int y = 0; y < 9; y++)
+        if (outs[x]->st == ins[y]->st)
+          return vsa_lua_errorf(L, "%s shares memory with an input", names[x]);
+      for (int y = 0; y < x; y++)
+        if (outs[x]->st == outs[y]->st)
+          return vsa_lua_errorf(L, "%s shares memory with %s", names[x], names[y]);
+    }
+  }
   if (poison)
     for (int x = 0; x < 3; x++)
       if (vsa_tensor_fill(outs[x], NAN) != 0) return vsa_lua_raise(L);
@@ -903,6 +923,8 @@ field_i32_host(lua_State *L, int idx, const char *k)
   vsa_tensor *t = luaL_testudata(L, -1, VSA_TENSOR_MT);
   if (!t) vsa_lua_errorf(L, "field '%s' must be a tensor", k);
   if (!t->st) vsa_lua_errorf(L, "field '%s': tensor was freed", k);
+  if (t->dtype != VSA_I32 && t->dtype != VSA_I64)
+    vsa_lua_errorf(L, "field '%s': expected dtype i32 or i64, got %s", k, vsa_dtype_name(t->dtype));
   vsa_tensor *h = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, t->ndim, t->shape);
   if (t->dtype == VSA_I32) {
     if (vsa_tensor_copy(h, t) != 0) vsa_lua_raise(L);
@@ -971,6 +993,13 @@ l_oracle(lua_State *L)
   vsa_tensor *vbs = field_i32_host(L, 1, "variable_block_sizes");
   if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || dO->ndim != 4)
     return vsa_lua_errorf(L, "q, k, v, dO must be [B,H,S,D]");
+  {
+    int64_t wk[4] = {q->shape[0], q->shape[1], k->shape[2], q->shape[3]};
+    expect_shape(L, k, "k", 4, wk);
+    int64_t wl[3] = {q->shape[0], q->shape[1], q->shape[2]};
+    if (o) expect_shape(L, o, "o", 4, q->shape);
+    if (lse) expect_shape(L, lse, "lse", 3, wl);
+  }
   attn_dims d = {q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], VSA_CPU};
   if (d.Sq % 64 || d.Skv % 64) return vsa_lua_errorf(L, "sequence lengths must be multiples of 64");
   expect_shape(L, dO, "dO", 4, q->shape);
@@ -978,11 +1007,15 @@ l_oracle(lua_State *L)
   int64_t wn[3] = {d.B, d.H, d.Sq / 64}, wv[1] = {d.Skv / 64};
   expect_shape(L, num, "q2k_num", 3, wn);
   expect_shape(L, vbs, "variable_block_sizes", 1, wv);
-  if (idx->ndim != 4 || idx->shape[2] != wn[2])
-    return vsa_lua_errorf(L, "q2k_idx: expected [B,H,nq,width]");
+  if (idx->ndim != 4 || idx->shape[0] != d.B || idx->shape[1] != d.H ||
+      idx->shape[2] != wn[2] || idx->shape[3] < 1)
+    return vsa_lua_errorf(L, "q2k_idx: expected [B,H,nq,width] = [%lld,%lld,%lld,w]",
+                          (long long)d.B, (long long)d.H, (long long)wn[2]);
   vsa_oracle_args a = {0};
   a.B = (int)d.B; a.H = (int)d.H; a.Sq = (int)d.Sq; a.Skv = (int)d.Skv; a.D = (int)d.D;
   a.sm_scale = field_num(L, 1, "sm_scale", 1.0 / sqrt((double)d.D));
+  if (!(a.sm_scale > 0) || !isfinite(a.sm_scale))
+    return vsa_lua_errorf(L, "field 'sm_scale' must be a positive finite number");
   a.q = vsa_tensor_data(q); a.k = vsa_tensor_data(k); a.v = vsa_tensor_data(v);
   a.dO = vsa_tensor_data(dO);
   a.o_in = o ? vsa_tensor_data(o) : NULL;

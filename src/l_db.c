@@ -332,6 +332,11 @@ l_db_log(lua_State *L)
 {
   l_db *u = check_open(L);
   luaL_checktype(L, 2, LUA_TTABLE);
+  /* Rows commit as they are measured: inside a caller's open transaction a
+   * later rollback (or close) would silently take them back. */
+  if (!sqlite3_get_autocommit(vsa_db_handle(u->db)))
+    return luaL_error(L, "db:log: a transaction is open on this connection; "
+                         "commit it first (rows are committed as they are logged)");
   vsa_result_row row;
   vsa_db_result_init(&row);
   read_fields(L, 2, 2, row_fields, &row, "");

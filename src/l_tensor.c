@@ -140,7 +140,35 @@ vsa_lua_newtensor(lua_State *L, vsa_dtype dtype, int device, int ndim,
 }
 
 // ----------------------------------------------------------------------------
-// argument parsing: shapes, dtypes, devices
+// argument parsing: integers, shapes, dtypes, devices
+
+/* Argument arg as an integer in [lo, hi]; raises naming `what` for a
+ * non-number, a fraction, NaN/inf or a value out of range. */
+static int64_t
+check_int(lua_State *L, int arg, const char *what, int64_t lo, int64_t hi)
+{
+  lua_Number v = luaL_checknumber(L, arg);
+  if (!(v == floor(v)) || v < (lua_Number)lo || v > (lua_Number)hi)
+    vsa_lua_errorf(L, "%s: expected an integer in [%lld, %lld], got %.17g", what,
+                   (long long)lo, (long long)hi, (double)v);
+  return (int64_t)v;
+}
+
+/* Number of entries of the table at idx, raising unless its keys are
+ * exactly 1..n (no holes, no named fields). */
+static int
+check_array(lua_State *L, int idx, const char *what)
+{
+  int n = (int)lua_objlen(L, idx), count = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    lua_pop(L, 1);
+    count++;
+  }
+  if (count != n)
+    vsa_lua_errorf(L, "%s: expected a list (keys 1..n, no holes), got a table with %d keys", what, count);
+  return n;
+}
 
 /* Parse "cpu", "cuda", "cuda:N" (or a tensor: its device) at idx. */
 static int
@@ -177,16 +205,20 @@ static int
 parse_shape(lua_State *L, int idx, int64_t *shape)
 {
   luaL_checktype(L, idx, LUA_TTABLE);
-  int n = (int)lua_objlen(L, idx);
+  int n = check_array(L, idx, "shape");
   luaL_argcheck(L, n <= VSA_MAX_DIMS, idx, "more than 8 dimensions");
+  double total = 1;
   for (int d = 0; d < n; d++) {
     lua_rawgeti(L, idx, d + 1);
     lua_Number v = lua_tonumber(L, -1);
     if (lua_type(L, -1) != LUA_TNUMBER || v < 0 || v != floor(v) || v > 9e15)
       luaL_argerror(L, idx, "shape entries must be non-negative integers");
     shape[d] = (int64_t)v;
+    total *= v;
     lua_pop(L, 1);
   }
+  /* Element counts stay far below 2^62 so byte offsets cannot overflow. */
+  if (total > 4e18) vsa_lua_errorf(L, "shape: %g elements is too large", total);
   return n;
 }
 
@@ -289,8 +321,8 @@ nested_fill(lua_State *L, int idx, vsa_tensor *t, int dim, int64_t *pos,
     vsa_tensor_set(t, (*pos)++, v);
     return;
   }
-  if (lua_type(L, idx) != LUA_TTABLE ||
-      (int64_t)lua_objlen(L, idx) != t->shape[dim])
+  if (lua_type(L, idx) != LUA_TTABLE || (int64_t)lua_objlen(L, idx) != t->shape[dim] ||
+      check_array(L, idx, "from_table") != t->shape[dim])
     vsa_lua_errorf(L, "from_table: ragged nesting at %s (expected a table of %lld)",
                path[0] ? path : "top", (long long)t->shape[dim]);
   size_t l = strlen(path);
@@ -362,8 +394,14 @@ static int
 l_to_table(lua_State *L)
 {
   vsa_tensor *t = vsa_lua_checktensor(L, 1);
-  luaL_argcheck(L, vsa_tensor_numel(t) <= (1 << 24), 1,
-                "more than 16M elements; narrow it first");
+  /* Count the Lua values to build: elements plus nested tables. */
+  double cells = 1, tables = 0;
+  for (int d = 0; d < t->ndim; d++) {
+    tables += cells;
+    cells *= (double)t->shape[d];
+  }
+  if (cells + tables > (double)(1 << 24))
+    return vsa_lua_errorf(L, "to_table: more than 16M values; narrow the tensor first");
   vsa_tensor *h = push_host_contiguous(L, 1);
   int64_t pos = 0;
   push_nested(L, h, 0, &pos);
@@ -428,6 +466,14 @@ l_copy_(lua_State *L)
 {
   vsa_tensor *t = vsa_lua_checktensor(L, 1);
   vsa_tensor *s = vsa_lua_checktensor(L, 2);
+  for (int d = 0; d < t->ndim; d++)
+    if (t->stride[d] == 0 && t->shape[d] > 1)
+      return vsa_lua_errorf(L, "copy_: the destination broadcasts dim %d (stride 0); copy into a real tensor", d + 1);
+  if (t->st == s->st) {
+    /* Overlapping views of one storage: go through a private copy. */
+    s = vsa_lua_newtensor(L, s->dtype, s->device, s->ndim, s->shape);
+    if (vsa_tensor_copy(s, vsa_lua_checktensor(L, 2)) != 0) vsa_lua_raise(L);
+  }
   if (vsa_tensor_copy(t, s) != 0) vsa_lua_raise(L);
   lua_settop(L, 1);
   return 1;
@@ -455,10 +501,11 @@ l_fill_randn(lua_State *L)
   opt_int_field(L, 2, "mean", 0, &mean);
   opt_int_field(L, 2, "std", 1, &std);
   opt_int_field(L, 2, "offset", 0, &offset);
-  luaL_argcheck(L, seed >= 0 && seed == floor(seed), 2,
-                "field 'seed' must be a non-negative integer");
-  luaL_argcheck(L, offset >= 0 && offset == floor(offset), 2,
-                "field 'offset' must be a non-negative integer");
+  /* Integers a double holds exactly: larger ones would silently collide. */
+  if (!(seed >= 0 && seed == floor(seed) && seed < 9007199254740992.0))
+    return vsa_lua_errorf(L, "fill_randn: field 'seed' must be an integer in [0, 2^53)");
+  if (!(offset >= 0 && offset == floor(offset) && offset < 9007199254740992.0))
+    return vsa_lua_errorf(L, "fill_randn: field 'offset' must be an integer in [0, 2^53)");
   if (vsa_tensor_randn(t, (uint64_t)seed, (uint64_t)offset, mean, std) != 0)
     vsa_lua_raise(L);
   lua_settop(L, 1);
@@ -482,9 +529,7 @@ l_is_contiguous(lua_State *L)
 static int
 check_dim(lua_State *L, const vsa_tensor *t, int arg)
 {
-  int d = (int)luaL_checkinteger(L, arg);
-  luaL_argcheck(L, d >= 1 && d <= t->ndim, arg, "dimension out of range");
-  return d - 1;
+  return (int)check_int(L, arg, "dim", 1, t->ndim > 0 ? t->ndim : 1) - 1;
 }
 
 /* t:narrow(dim, start, len) -> view; dim and start are 1-based. */
@@ -493,8 +538,9 @@ l_narrow(lua_State *L)
 {
   vsa_tensor *t = vsa_lua_checktensor(L, 1);
   int d = check_dim(L, t, 2);
-  int64_t start = (int64_t)luaL_checknumber(L, 3) - 1;
-  int64_t len = (int64_t)luaL_checknumber(L, 4);
+  int64_t size = t->shape[d];
+  int64_t start = check_int(L, 3, "narrow: start", 1, size + 1) - 1;
+  int64_t len = check_int(L, 4, "narrow: len", 0, size - start);
   vsa_tensor *o = push_empty(L);
   if (vsa_tensor_narrow(o, t, d, start, len) != 0) vsa_lua_raise(L);
   return 1;
@@ -506,7 +552,7 @@ l_select(lua_State *L)
 {
   vsa_tensor *t = vsa_lua_checktensor(L, 1);
   int d = check_dim(L, t, 2);
-  int64_t i = (int64_t)luaL_checknumber(L, 3) - 1;
+  int64_t i = check_int(L, 3, "select: index", 1, t->shape[d]) - 1;
   vsa_tensor *o = push_empty(L);
   if (vsa_tensor_select(o, t, d, i) != 0) vsa_lua_raise(L);
   return 1;
@@ -576,11 +622,11 @@ l_reshape(lua_State *L)
 static int64_t
 element_offset(lua_State *L, const vsa_tensor *t)
 {
-  luaL_argcheck(L, lua_gettop(L) - 1 >= t->ndim, 2, "one index per dimension");
   int64_t off = 0;
   for (int d = 0; d < t->ndim; d++) {
-    int64_t i = (int64_t)luaL_checknumber(L, d + 2) - 1;
-    luaL_argcheck(L, i >= 0 && i < t->shape[d], d + 2, "index out of range");
+    char what[48];
+    snprintf(what, sizeof what, "index %d", d + 1);
+    int64_t i = check_int(L, d + 2, what, 1, t->shape[d]) - 1;
     off += i * t->stride[d];
   }
   return off;
@@ -591,6 +637,8 @@ static int
 l_get(lua_State *L)
 {
   vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  if (lua_gettop(L) != t->ndim + 1)
+    return vsa_lua_errorf(L, "get: expected %d indices, got %d", t->ndim, lua_gettop(L) - 1);
   int64_t off = element_offset(L, t);
   vsa_tensor one;
   int64_t sh[1] = {1};
@@ -617,8 +665,8 @@ static int
 l_set(lua_State *L)
 {
   vsa_tensor *t = vsa_lua_checktensor(L, 1);
-  luaL_argcheck(L, lua_gettop(L) == t->ndim + 2, 2,
-                "expected one index per dimension and a value");
+  if (lua_gettop(L) != t->ndim + 2)
+    return vsa_lua_errorf(L, "set: expected %d indices and a value", t->ndim);
   double v = luaL_checknumber(L, t->ndim + 2);
   int64_t off = element_offset(L, t);
   vsa_tensor one;
@@ -684,7 +732,10 @@ l_tostring(lua_State *L)
     luaL_addstring(&b, " {");
     for (int i = 0; i < show; i++) {
       char num[32];
-      snprintf(num, sizeof num, i ? ", %.5g" : "%.5g", vsa_tensor_get(h, i));
+      if (t->dtype == VSA_I32 || t->dtype == VSA_I64)
+        snprintf(num, sizeof num, i ? ", %.0f" : "%.0f", vsa_tensor_get(h, i));
+      else
+        snprintf(num, sizeof num, i ? ", %.5g" : "%.5g", vsa_tensor_get(h, i));
       luaL_addstring(&b, num);
     }
     luaL_addstring(&b, n > show ? ", ...}" : "}");
@@ -745,8 +796,7 @@ l_is_tensor(lua_State *L)
 static int
 l_set_device(lua_State *L)
 {
-  int d = (int)luaL_checkinteger(L, 1);
-  luaL_argcheck(L, d >= 0, 1, "device must be >= 0");
+  int d = (int)check_int(L, 1, "set_device: device", 0, 1023);
   current_device = d;
   cuda_state = 0;
   vsa_lua_require_cuda(L);
@@ -772,7 +822,7 @@ l_cuda_available(lua_State *L)
 static int
 l_isatty(lua_State *L)
 {
-  lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
+  lua_pushboolean(L, isatty((int)check_int(L, 1, "isatty: fd", 0, 1 << 20)));
   return 1;
 }
 

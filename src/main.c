@@ -30,7 +30,7 @@ static const char usage[] =
     "options (before SCRIPT):\n"
     "  --db PATH     results database (default: results.db here)\n"
     "  --device N    CUDA device for new tensors (default: 0)\n"
-    "  --seed N      run seed handed to the script (default: 1234)\n"
+    "  --seed N      run seed handed to the script, in [0, 2^48] (default: 1234)\n"
     "\n"
     "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
     "The `vsalab` module is loaded as a global; README.md documents its API.\n";
@@ -50,11 +50,15 @@ cmd_run(int argc, char **argv)
 {
   vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 1234};
   int i = 0;
-  for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
+  for (; i < argc && argv[i][0] == '-'; i++) {
     const char *opt = argv[i];
     if (strcmp(opt, "--") == 0) {
       i++;
       break;
+    }
+    if (strcmp(opt, "--db") && strcmp(opt, "--device") && strcmp(opt, "--seed")) {
+      fprintf(stderr, "vsalab: unknown option %s (see vsalab help)\n", opt);
+      return 2;
     }
     if (i + 1 >= argc) {
       fprintf(stderr, "vsalab: option %s needs a value\n", opt);
@@ -63,6 +67,10 @@ cmd_run(int argc, char **argv)
     const char *val = argv[++i];
     long long n;
     if (strcmp(opt, "--db") == 0) {
+      if (!*val) {
+        fprintf(stderr, "vsalab: --db expects a path\n");
+        return 2;
+      }
       o.db_path = val;
     } else if (strcmp(opt, "--device") == 0) {
       if (parse_long(val, 0, &n) != 0 || n > 1024) {
@@ -71,14 +79,12 @@ cmd_run(int argc, char **argv)
       }
       o.device = (int)n;
     } else if (strcmp(opt, "--seed") == 0) {
-      if (parse_long(val, 0, &n) != 0 || n > (1LL << 52)) {
-        fprintf(stderr, "vsalab: --seed expects an integer in [0, 2^52], got '%s'\n", val);
+      /* Tensor seeds derive as 16*seed + k: keep them exact in a double. */
+      if (parse_long(val, 0, &n) != 0 || n > (1LL << 48)) {
+        fprintf(stderr, "vsalab: --seed expects an integer in [0, 2^48], got '%s'\n", val);
         return 2;
       }
       o.seed = n;
-    } else {
-      fprintf(stderr, "vsalab: unknown option %s (see vsalab help)\n", opt);
-      return 2;
     }
   }
   if (i >= argc) {

@@ -130,7 +130,7 @@ vsa_tensor_alloc(vsa_tensor *t, vsa_dtype dtype, int device, int ndim,
   t->dtype = dtype;
   t->device = device;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * ndim);
+  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * ndim);
   set_contiguous_strides(t);
   return 0;
 }
@@ -191,7 +191,7 @@ vsa_tensor_narrow(vsa_tensor *out, const vsa_tensor *t, int dim,
 {
   if (dim < 0 || dim >= t->ndim)
     return vsa_fail("narrow: dim %d outside [0, %d)", dim, t->ndim);
-  if (start < 0 || len < 0 || start + len > t->shape[dim])
+  if (start < 0 || len < 0 || start > t->shape[dim] || len > t->shape[dim] - start)
     return vsa_fail("narrow: [%lld, %lld) outside dim %d of size %lld",
                     (long long)start, (long long)(start + len), dim,
                     (long long)t->shape[dim]);

@@ -55,7 +55,10 @@ function M.pair_flops(D) return 10 * 64 * 64 * D end
 
 -- pairs: selected (q block, kv block) pairs; D: head dim; ms: time.
 function M.tflops(pairs, D, ms)
-  if not ms or ms <= 0 then return nil end
+  if type(pairs) ~= "number" or type(D) ~= "number" or type(ms) ~= "number"
+      or not (ms > 0) or not (pairs >= 0) or not (D > 0) then
+    return nil
+  end
   return M.pair_flops(D) * pairs / (ms * 1e-3) / 1e12
 end
 

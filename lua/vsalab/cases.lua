@@ -691,6 +691,8 @@ function M.run(backend, env)
         if env.on_result then env.on_result(results[#results]) end
       end
       local ok, err = xpcall(function() c.fn(record, backend, env) end, debug.traceback)
+      -- Ctrl-C must stop the run, not count as one failed case.
+      if not ok and tostring(err):find("interrupted!", 1, true) then error(err, 0) end
       if not ok then record("ran without error", false, nil, nil, err) end
       collectgarbage()
     end

@@ -20,7 +20,10 @@ end
 function M.build(s)
   local dev = s.device or "cuda"
   local B, H, D = s.B or 1, assert(s.H, "H is required"), s.D or 128
-  local seed = assert(s.seed, "seed is required")
+  local seed = s.seed
+  if type(seed) ~= "number" or seed < 0 or seed ~= math.floor(seed) or seed >= 2^48 then
+    error("problem.build: seed must be an integer in [0, 2^48) (tensor seeds are 16*seed+k)", 2)
+  end
   local vbs, Sq, Skv
   if s.latent then
     local nblocks

@@ -46,8 +46,13 @@ function M.current()
   return state
 end
 
+-- Keys compare() and check_outputs() add that are not result_error columns.
+local internal = {tol = true, diff2 = true, ref2 = true, x2 = true, n = true,
+  nonfinite_x = true, nonfinite_ref = true, cosine = true}
+
 -- Commit one result row (a table of result columns plus errors={...}).
 function M.log(row)
+  if type(row) ~= "table" then error("vsalab.log: expected a table of result columns", 2) end
   local r = M.current()
   local t = {}
   for k, v in pairs(row) do t[k] = v end
@@ -55,13 +60,16 @@ function M.log(row)
   -- A failed check voids the speed figure: never store TFLOPS of a wrong output.
   if t.passed == false or t.passed == 0 then t.tflops = nil end
   if type(t.extra) == "table" then t.extra = json.encode(t.extra) end
-  -- result_error keeps these per output; other keys (tol, sums) stay out.
-  if t.errors then
+  if t.errors ~= nil then
+    if type(t.errors) ~= "table" then error("vsalab.log: field 'errors' must be a table", 2) end
     local errs = {}
     for name, e in pairs(t.errors) do
-      errs[name] = {rel_l2 = e.rel_l2, max_abs = e.max_abs,
-        nonfinite = e.nonfinite, norm_ratio = e.norm_ratio,
-        passed = e.passed}
+      if type(e) ~= "table" then
+        error("vsalab.log: errors." .. tostring(name) .. " must be a table", 2)
+      end
+      errs[name] = {}
+      -- Unknown keys go through, so the DB layer rejects typos by name.
+      for k, v in pairs(e) do if not internal[k] then errs[name][k] = v end end
     end
     t.errors = errs
   end
@@ -73,6 +81,16 @@ function M.finish(status, err)
   state.db:end_run(state.id, status, err)
   state.db:close()
   state = nil
+end
+
+-- os.exit from a script would skip the host's closing of the run row: close
+-- it first ('finished' for a success code, 'failed' otherwise).
+local real_exit = os.exit
+os.exit = function(code, close)
+  local ok = code == nil or code == true or code == 0
+  pcall(M.finish, ok and "finished" or "failed",
+    not ok and ("os.exit(" .. tostring(code) .. ")") or nil)
+  return real_exit(code, close)
 end
 
 return M

@@ -1,0 +1,112 @@
+-- Bad input found by trying to break vsalab: each must be a clear Lua error
+-- (or a correct result), never a crash, a wrong answer or a lost row.
+local H = require "helpers"
+
+describe("robustness", function()
+  it("rejects shapes whose element count overflows", function()
+    assert.truthy(H.err(function() return vsalab.zeros({0}):reshape({2^32, 2^32}) end):match("too large"))
+    assert.truthy(H.err(function() return vsalab.zeros({4}):reshape({274177, 67280421310721, 4}) end):match("too large"))
+  end)
+
+  it("range-checks narrow, select, get and set positions", function()
+    local t = vsalab.zeros({4})
+    for _, bad in ipairs{1e300, math.huge, 0/0, 2^62 + 2^61, 0, 1.5} do
+      assert.truthy(H.err(function() return t:narrow(1, bad, 1) end):match("narrow: start"))
+    end
+    assert.truthy(H.err(function() return t:select(1, 5) end):match("select: index"))
+    assert.truthy(H.err(function() return t:get(1.5) end):match("index 1"))
+    assert.truthy(H.err(function() return t:get(1, 1) end):match("expected 1 indices"))
+    assert.truthy(H.err(function() return t:set(0, 7) end):match("index 1"))
+  end)
+
+  it("refuses tables with holes or named keys as lists", function()
+    assert.truthy(H.err(vsalab.empty, {2, nil, 3}):match("list"))
+    assert.truthy(H.err(vsalab.from_table, {1, 2, a = 3}):match("list"))
+  end)
+
+  it("copies between overlapping views correctly", function()
+    local t = vsalab.from_table({1, 2, 3, 4})
+    t:narrow(1, 2, 3):copy_(t:narrow(1, 1, 3))
+    assert.same({1, 1, 2, 3}, t:to_table())
+    local m = vsalab.from_table({{1, 2}, {3, 4}, {5, 6}})
+    m:transpose(1, 2):copy_(m:reshape({2, 3}))
+    assert.same({{1, 4}, {2, 5}, {3, 6}}, m:to_table())
+    assert.truthy(H.err(function() vsalab.full({1}, 1):expand({3}):copy_(vsalab.zeros({3})) end):match("broadcasts"))
+  end)
+
+  it("refuses to build huge tables from empty dimensions", function()
+    assert.truthy(H.err(function() return vsalab.zeros({2^31, 0}):to_table() end):match("16M"))
+  end)
+
+  it("checks the oracle's fields against q", function()
+    local p = vsalab.problem.build{B = 2, H = 1, Sq = 128, D = 16, topk = 1, seed = 3, device = "cpu"}
+    local a = {q = p.q, k = p.k, v = p.v, dO = p.dO, q2k_idx = p.q2k_idx,
+      q2k_num = p.q2k_num, variable_block_sizes = p.vbs}
+    local function with(k, v)
+      local b = {}
+      for x, y in pairs(a) do b[x] = y end
+      b[k] = v
+      return H.err(vsalab.oracle, b)
+    end
+    assert.truthy(with("k", p.k:narrow(1, 1, 1):contiguous()):match("k: expected shape"))
+    assert.truthy(with("v", p.v:narrow(1, 1, 1):contiguous()):match("v: expected shape"))
+    assert.truthy(with("q2k_idx", p.q2k_idx:narrow(1, 1, 1):contiguous()):match("q2k_idx"))
+    assert.truthy(with("q2k_num", p.q2k_num:to_dtype("f32")):match("i32 or i64"))
+    a.o, a.lse = p.o, p.lse:narrow(1, 1, 1):contiguous()
+    assert.truthy(H.err(vsalab.oracle, a):match("lse: expected shape"))
+  end)
+
+  it("refuses inversion outputs that alias the inputs", function()
+    local idx = vsalab.from_table({{{{1, -1}, {0, 1}}}}, {dtype = "i32"})
+    local num = vsalab.from_table({{{1, 2}}}, {dtype = "i32"})
+    assert.truthy(H.err(vsalab.invert_indices, idx, num, 2,
+      {out = {idx, vsalab.zeros({1, 1, 2}, {dtype = "i32"})}}):match("share memory"))
+  end)
+
+  it("bounds seeds and sm_scale to what the arithmetic keeps exact", function()
+    assert.truthy(H.err(function() vsalab.zeros({2}):fill_randn{seed = 2^64} end):match("2%^53"))
+    assert.truthy(H.err(vsalab.random_topk, {B = 1, H = 1, nq = 2, nkv = 2, topk = 1, seed = math.huge}):match("2%^53"))
+    assert.truthy(H.err(vsalab.problem.build, {H = 1, Sq = 64, D = 16, topk = 1, seed = 2^52, device = "cpu"}):match("2%^48"))
+    local p = vsalab.problem.build{B = 1, H = 1, Sq = 64, D = 16, topk = 1, seed = 1, device = "cpu"}
+    assert.truthy(H.err(vsalab.forward_ref, p.q, p.k, p.v, p.q2k_idx, p.q2k_num, p.vbs, {sm_scale = 1e300}):match("sm_scale"))
+    assert.truthy(H.err(vsalab.pair_count, vsalab.from_table({-5, 2}, {dtype = "i32"})):match("negative"))
+    assert.is_nil(vsalab.tflops(-5, 128, 1))
+  end)
+
+  it("keeps rows and closes the run on os.exit, refuses logging inside a transaction", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/exit.lua", "vsalab.log{experiment='t', kernel='k'}\nos.exit(3)\n")
+    local rc = H.vsalab("run --db " .. dir .. "/e.db " .. dir .. "/exit.lua")
+    assert.equal(3, rc)
+    local d = vsalab.db_open(dir .. "/e.db", {readonly = true})
+    assert.equal("failed", d:q("SELECT status FROM run")[1].status)
+    assert.equal(1, #d:q("SELECT * FROM result"))
+    d:close()
+    H.write(dir .. "/tx.lua", "vsalab.log{experiment='t', kernel='k'}\nvsalab.run().db:q('BEGIN')\nvsalab.log{experiment='t', kernel='k'}\n")
+    local rc2, _, err = H.vsalab("run --db " .. dir .. "/t.db " .. dir .. "/tx.lua")
+    assert.equal(1, rc2)
+    assert.truthy(err:match("transaction is open"))
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("marks a run interrupted by SIGINT or SIGTERM (timeout sends two)", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/loop.lua", "vsalab.log{experiment='t', kernel='k'}\nwhile true do vsalab.log{experiment='t', kernel='k'} end\n")
+    for _, sig in ipairs{"INT", "TERM"} do
+      local db = dir .. "/" .. sig .. ".db"
+      H.sh("timeout -s " .. sig .. " 2 " .. H.exe .. " run --db " .. db .. " " .. dir .. "/loop.lua")
+      local d = vsalab.db_open(db, {readonly = true})
+      local r = d:q("SELECT status, error FROM run")[1]
+      assert.equal("interrupted", r.status)
+      assert.is_true(#d:q("SELECT id FROM result") >= 1)
+      d:close()
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("rejects single-dash and empty options on the command line", function()
+    assert.equal(2, (H.vsalab("run -x ok.lua")))
+    assert.equal(2, (H.vsalab("run --db '' ok.lua")))
+    assert.equal(2, (H.vsalab("run --seed 281474976710657 ok.lua")))
+  end)
+end)
