@@ -10,7 +10,13 @@
  *   dV  += P^T dO    64x128x64  wgmma RS (P^T accumulators reused as A)
  *   dK  += dS^T Q    64x128x64  wgmma RS
  *   dQ_i = dS K      64x128x64  wgmma SS (dS^T stored bf16, read M-major)
- *                    added into an fp32 accumulator with vector atomics.
+ *                    added into an fp32 accumulator, by one of two modes:
+ *                    ATOMIC (v1): 4096 float2 atomics per pair from registers;
+ *                    BULK (v2): staged in the pair's dead Q/dO stage (fp32,
+ *                    16-byte chunks XOR-swizzled by row against bank
+ *                    conflicts) and added by one 32 KB cp.reduce.async.bulk;
+ *                    the accumulator then holds swizzled rows, which the
+ *                    postprocess reads back in order.
  * Q_i, dO_i, lse_i, Delta_i stream through a two-stage cp.async ring.
  * Before: Delta = rowsum(dO∘o) and a zeroed dQ accumulator; after:
  * dq = bf16(accumulator · sm_scale). dk carries sm_scale, dv none.
@@ -119,6 +125,15 @@ store_rows(__nv_bfloat16 *out, const float *acc, float scale)
   }
 }
 
+/* Byte offset of dQ element (row, col) in a BULK staging tile: 512-byte fp32
+ * rows whose 16-byte chunks are XOR-swizzled by (row & 7). */
+__device__ __forceinline__ uint32_t
+dq_stage_offset(int row, int col)
+{
+  return row * 512 + ((((col >> 2) ^ (row & 7))) << 4) + ((col & 3) << 2);
+}
+
+template <bool BULK>
 __global__ void __launch_bounds__(THREADS, 2)
 bwd_kernel(const bwd_params p)
 {
@@ -264,15 +279,29 @@ bwd_kernel(const bwd_params p)
         wgmma_ss_n64<1, 1>(acc_q, desc_mnmajor(base + OFF_DS + kk * 2048),
                            desc_mnmajor(base + OFF_K + hn * REGION + kk * 2048), kk > 0);
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<0>(); // also retires dV/dK: stage s (Q_i, dO_i) is now dead
       reg_fence(acc_q, 32);
 #pragma unroll
       for (int jn = 0; jn < 8; jn++) {
         int col = hn * 64 + jn * 8 + 2 * (lane & 3);
-        atomicAdd(reinterpret_cast<float2 *>(dqa + (int64_t)r0 * D + col),
-                  make_float2(acc_q[4 * jn], acc_q[4 * jn + 1]));
-        atomicAdd(reinterpret_cast<float2 *>(dqa + (int64_t)r1 * D + col),
-                  make_float2(acc_q[4 * jn + 2], acc_q[4 * jn + 3]));
+        float2 v0 = make_float2(acc_q[4 * jn], acc_q[4 * jn + 1]);
+        float2 v1 = make_float2(acc_q[4 * jn + 2], acc_q[4 * jn + 3]);
+        if (BULK) {
+          unsigned char *stg = base_ptr + OFF_STAGE + s * STAGE_BYTES;
+          *reinterpret_cast<float2 *>(stg + dq_stage_offset(r0, col)) = v0;
+          *reinterpret_cast<float2 *>(stg + dq_stage_offset(r1, col)) = v1;
+        } else {
+          atomicAdd(reinterpret_cast<float2 *>(dqa + (int64_t)r0 * D + col), v0);
+          atomicAdd(reinterpret_cast<float2 *>(dqa + (int64_t)r1 * D + col), v1);
+        }
+      }
+    }
+    if (BULK) {
+      fence_proxy_async();
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        bulk_reduce_add_f32(dqa, sQ, BLK * D * sizeof(float));
+        bulk_wait_read(); // the stage is refilled next iteration
       }
     }
     reg_fence(acc_dk, 64);
@@ -280,6 +309,7 @@ bwd_kernel(const bwd_params p)
     __syncthreads(); // stage s and dS^T are free for the next iteration
     e = en;
   }
+  if (BULK && threadIdx.x == 0) bulk_wait_all();
   store_rows(dk_out, acc_dk, p.sm_scale);
   store_rows(dv_out, acc_dv, 1.f);
 #endif
@@ -305,13 +335,16 @@ delta_kernel(const __nv_bfloat16 *dO, const __nv_bfloat16 *o, float *delta, int6
   if (lane == 0) delta[row] = s;
 }
 
-/* dq = bf16(accumulator · sm_scale), four elements per thread. */
+/* dq = bf16(accumulator · sm_scale), four elements per thread; with
+ * swizzled rows (BULK), chunk c of row r sits at chunk c ^ (r & 7). */
 __global__ void
-dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4)
+dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, int swizzled)
 {
   for (int64_t x = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; x < n4;
        x += (int64_t)gridDim.x * blockDim.x) {
-    float4 a = acc[x];
+    int64_t row = x >> 5; // 32 chunks of 4 floats per 128-float row
+    int c = (int)(x & 31);
+    float4 a = acc[swizzled ? (row << 5) + (c ^ (int)(row & 7)) : x];
     dq[x] = make_uint2(pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale));
   }
 }
@@ -331,7 +364,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
                    const float *d_lse, const int32_t *d_k2q_idx,
                    const int32_t *d_k2q_num, int k2q_width, const int32_t *d_vbs,
                    void *d_scratch, uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
-                   cudaStream_t stream)
+                   int dq_bulk, cudaStream_t stream)
 {
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->B * s->H > 65535 || k2q_width < 1)
     return cudaErrorInvalidValue;
@@ -345,7 +378,9 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   if (e != cudaSuccess) return e;
   static bool configured = false;
   if (!configured) {
-    e = cudaFuncSetAttribute(bwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    e = cudaFuncSetAttribute(bwd_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(bwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
     if (e != cudaSuccess) return e;
     configured = true;
   }
@@ -369,10 +404,13 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   p.dk = reinterpret_cast<__nv_bfloat16 *>(d_dk);
   p.dv = reinterpret_cast<__nv_bfloat16 *>(d_dv);
   dim3 grid(p.nkv, s->H, s->B);
-  bwd_kernel<<<grid, THREADS, SMEM_BYTES, stream>>>(p);
+  if (dq_bulk)
+    bwd_kernel<true><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
+  else
+    bwd_kernel<false><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
   int64_t n4 = rows * D / 4;
   int blocks = (int)((n4 + 255) / 256 < 65536 ? (n4 + 255) / 256 : 65536);
   dq_finish_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
-                                               reinterpret_cast<uint2 *>(d_dq), s->sm_scale, n4);
+                                               reinterpret_cast<uint2 *>(d_dq), s->sm_scale, n4, dq_bulk);
   return cudaGetLastError();
 }

@@ -79,8 +79,10 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
 /* ---------------------------------------------------------------------------
  * bsa_bwd_sm90a.cu: the native Hopper backward (wgmma; sm_90a only, D = 128).
  * Same contract as bsa_backward_ref with bf16 outputs; d_scratch holds the
- * fp32 dQ accumulator and Delta (bsa_backward_sm90a_scratch_bytes). Returns
- * cudaErrorInvalidValue for shapes it does not take.
+ * fp32 dQ accumulator and Delta (bsa_backward_sm90a_scratch_bytes). dq_bulk
+ * selects how dQ partials reach the accumulator: 1 = one bulk reduce-add
+ * per pair (v2), 0 = vector atomics (v1). Returns cudaErrorInvalidValue for
+ * shapes it does not take.
  */
 size_t bsa_backward_sm90a_scratch_bytes(const vsa_shape *s);
 cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
@@ -90,7 +92,7 @@ cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
                                const int32_t *d_k2q_num, int k2q_width,
                                const int32_t *d_vbs, void *d_scratch,
                                uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
-                               cudaStream_t stream);
+                               int dq_bulk, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -112,6 +112,32 @@ cp_async_wait()
 }
 
 // ----------------------------------------------------------------------------
+// bulk reduce-add (TMA engine, no tensor map): global[0:bytes] += smem[0:bytes]
+
+__device__ __forceinline__ void
+bulk_reduce_add_f32(float *gdst, uint32_t ssrc, uint32_t bytes)
+{
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+      ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/* Wait until the bulk ops of this thread have read their shared memory. */
+__device__ __forceinline__ void
+bulk_wait_read()
+{
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+/* Wait until the bulk ops of this thread have completed. */
+__device__ __forceinline__ void
+bulk_wait_all()
+{
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
+// ----------------------------------------------------------------------------
 // wgmma issue (generated shapes: m64n64k16 SS, m64n128k16 RS)
 
 // D[64 x 64] (+)= A[64 x 16] * B[16 x 64], both from shared memory.

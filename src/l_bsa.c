@@ -782,13 +782,21 @@ device_cc(lua_State *L, int dev)
 static int
 l_backward_sm90a(lua_State *L)
 {
-  static const char *const keys[] = {"sm_scale", "out", "poison", "validate", "canonical", NULL};
+  static const char *const keys[] = {"sm_scale", "out", "poison", "validate", "canonical", "dq", NULL};
   check_keys(L, 10, "backward_sm90a", keys);
-  int validate = 0, poison = 1, canonical = 1;
+  int validate = 0, poison = 1, canonical = 1, dq_bulk = 1;
   if (lua_istable(L, 10)) {
     validate = field_bool(L, 10, "validate", 0);
     poison = field_bool(L, 10, "poison", 1);
     canonical = field_bool(L, 10, "canonical", 1);
+    lua_getfield(L, 10, "dq");
+    if (!lua_isnil(L, -1)) {
+      const char *m = lua_tostring(L, -1);
+      if (!m || (strcmp(m, "bulk") && strcmp(m, "atomic")))
+        return vsa_lua_errorf(L, "backward_sm90a: field 'dq' must be 'bulk' or 'atomic'");
+      dq_bulk = strcmp(m, "bulk") == 0;
+    }
+    lua_pop(L, 1);
   }
   bwd_args a;
   backward_args(L, &a, validate);
@@ -881,7 +889,7 @@ l_backward_sm90a(lua_State *L)
       vsa_tensor_data(a.v), vsa_tensor_data(a.o), vsa_tensor_data(a.lse),
       vsa_tensor_data(a.kidx), vsa_tensor_data(a.knum), (int)a.kidx->shape[3],
       vsa_tensor_data(a.vbs), ws, vsa_tensor_data(outs[0]),
-      vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]), 0);
+      vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]), dq_bulk, 0);
   if (e != cudaSuccess) raise_cuda(L, e, "bsa_backward_sm90a");
   return 3; /* the three outputs are the top of the stack */
 }

@@ -40,7 +40,7 @@ for step in $steps; do
         "$bin" run tests/gpu/profile.lua 2>&1 | tee "$out/profile.log" ;;
     seed_sweep) "$bin" run --db "$out/results.db" experiments/seed_sweep.lua 2>&1 | tee "$out/seed_sweep.log" ;;
     invert) "$bin" run --db "$out/results.db" experiments/invert_bench.lua 2>&1 | tee "$out/invert.log" ;;
-    wan720p) "$bin" run --db "$out/results.db" experiments/wan720p.lua 2>&1 | tee "$out/wan720p.log" ;;
+    wan720p) "$bin" run --db "$out/results.db" experiments/wan720p.lua ${WAN720P_ARGS:-} 2>&1 | tee "$out/wan720p.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   rc=${PIPESTATUS[0]}

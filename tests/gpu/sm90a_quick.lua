@@ -37,7 +37,8 @@ for n, s in ipairs(shapes) do
   end
   local p = P.build(spec)
   local ref = {vsalab.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, {out_dtype = "f32"})}
-  local ok, a, b2, c2 = pcall(vsalab.backward_sm90a, p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs)
+  for _, mode in ipairs{"bulk", "atomic"} do
+  local ok, a, b2, c2 = pcall(vsalab.backward_sm90a, p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, {dq = mode})
   if not ok then
     print("shape " .. n .. ": error " .. tostring(a))
     bad = bad + 1
@@ -52,7 +53,8 @@ for n, s in ipairs(shapes) do
         detail(name, got[x], ref[x], x == 1 and p.Sq or p.Skv, 128)
       end
     end
-    print(string.format("shape %d B%d H%d Sq%d Skv%d: %s", n, s.B, s.H, s.Sq, s.Skv, table.concat(line, ", ")))
+    print(string.format("shape %d B%d H%d Sq%d Skv%d dq=%s: %s", n, s.B, s.H, s.Sq, s.Skv, mode, table.concat(line, ", ")))
+  end
   end
   P.free(p)
 end
