@@ -14,6 +14,7 @@ local a = exp.args(arg, {heads = {40, 12}, densities = {0.1, 0.25, 0.5},
 local heads = type(a.heads) == "table" and a.heads or {a.heads}
 local dens = type(a.densities) == "table" and a.densities or {a.densities}
 
+if #heads == 0 or #dens == 0 then error("wan720p: heads= and densities= need at least one value", 0) end
 local configs = {}
 for _, H in ipairs(heads) do
   for _, d in ipairs(dens) do

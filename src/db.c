@@ -453,6 +453,11 @@ vsa_db_open(vsa_db **out, const char *path, int readonly)
   if (!out) return vsa_fail("db: vsa_db_open needs an out pointer");
   *out = NULL;
   if (!path || !*path) return vsa_fail("db: empty path");
+  /* A device or FIFO is no database (SQLite would create "-journal" files
+   * beside it): refuse anything that exists and is not a regular file. */
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return vsa_fail("db '%s': not a regular file", path);
   vsa_db *db = calloc(1, sizeof *db);
   if (!db || !(db->path = strdup(path))) {
     free(db);

@@ -166,6 +166,8 @@ setup(lua_State *L)
   lua_call(L, 1, 1);
   lua_pushvalue(L, -1);
   lua_setglobal(L, "vsalab");
+  lua_getfield(L, -1, "run_finish");
+  lua_setfield(L, LUA_REGISTRYINDEX, "vsalab.run_finish");
   /* vsalab.context: what this invocation was asked to do. */
   lua_newtable(L);
   lua_pushstring(L, o->db_path);
@@ -218,16 +220,16 @@ vsa_host_new(const vsa_host_options *opts)
   return L;
 }
 
-/* vsalab.run_finish(status, err): closes the run row if the script began one. */
-static void
+/* Close the run row if the script began one, through the run_finish kept
+ * in the registry at setup (a script may overwrite the global vsalab).
+ * Returns -1 when closing failed. */
+static int
 finish_run(lua_State *L, const char *status, const char *err)
 {
-  lua_getglobal(L, "vsalab");
-  lua_getfield(L, -1, "run_finish");
-  lua_remove(L, -2);
+  lua_getfield(L, LUA_REGISTRYINDEX, "vsalab.run_finish");
   if (!lua_isfunction(L, -1)) {
     lua_pop(L, 1);
-    return;
+    return 0;
   }
   lua_pushstring(L, status);
   if (err) lua_pushstring(L, err);
@@ -235,7 +237,9 @@ finish_run(lua_State *L, const char *status, const char *err)
   if (docall(L, 2, 0) != 0) {
     fprintf(stderr, "vsalab: closing the run failed: %s\n", lua_tostring(L, -1));
     lua_pop(L, 1);
+    return -1;
   }
+  return 0;
 }
 
 int
@@ -263,6 +267,5 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
     lua_pop(L, 1);
     return 1;
   }
-  finish_run(L, "finished", NULL);
-  return 0;
+  return finish_run(L, "finished", NULL) == 0 ? 0 : 1;
 }

@@ -911,6 +911,8 @@ field_f64(lua_State *L, int idx, const char *k, int required)
   vsa_tensor *t = luaL_testudata(L, -1, VSA_TENSOR_MT);
   if (!t) vsa_lua_errorf(L, "field '%s' must be a tensor", k);
   if (!t->st) vsa_lua_errorf(L, "field '%s': tensor was freed", k);
+  if (t->dtype == VSA_I32 || t->dtype == VSA_I64)
+    vsa_lua_errorf(L, "field '%s': expected a float dtype, got %s", k, vsa_dtype_name(t->dtype));
   vsa_tensor *h = vsa_lua_newtensor(L, VSA_F64, VSA_CPU, t->ndim, t->shape);
   if (t->device != VSA_CPU) {
     vsa_tensor *c = vsa_lua_newtensor(L, t->dtype, VSA_CPU, t->ndim, t->shape);

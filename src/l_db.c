@@ -245,7 +245,10 @@ raise_core(lua_State *L)
 static int
 l_db_open(lua_State *L)
 {
-  const char *path = luaL_checkstring(L, 1);
+  size_t path_len;
+  const char *path = luaL_checklstring(L, 1, &path_len);
+  if (strlen(path) != path_len)
+    return luaL_error(L, "db_open: the path contains a NUL byte");
   int readonly = 0;
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);

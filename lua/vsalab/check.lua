@@ -20,7 +20,13 @@ function M.cosine(c)
 end
 
 function M.check_outputs(outs, refs, opts)
+  if type(outs) ~= "table" or type(refs) ~= "table" then
+    error("check_outputs: expected tables of outputs and references", 2)
+  end
   opts = opts or {}
+  if opts.tol ~= nil and type(opts.tol) ~= "number" then
+    error("check_outputs: field 'tol' must be a number", 2)
+  end
   local names = opts.names
   if not names then -- the outputs present in outs, in the usual order
     names = {}

@@ -26,18 +26,25 @@ local function encode(v, depth)
   end
   if t == "string" then return encode_string(v) end
   if t == "table" then
-    local n = #v
-    if n > 0 or next(v) == nil then
+    -- An array only when the keys are exactly 1..n; else an object.
+    local n, count = #v, 0
+    for _ in pairs(v) do count = count + 1 end
+    if count == n then
       local parts = {}
       for i = 1, n do parts[i] = encode(v[i], depth + 1) end
       return "[" .. table.concat(parts, ",") .. "]"
     end
-    local keys = {}
-    for k in pairs(v) do keys[#keys + 1] = tostring(k) end
-    table.sort(keys)
+    local keys, seen = {}, {}
+    for k in pairs(v) do
+      local name = tostring(k)
+      if seen[name] then error("json: two keys both read as '" .. name .. "'", 0) end
+      seen[name] = true
+      keys[#keys + 1] = {name = name, key = k}
+    end
+    table.sort(keys, function(a, b) return a.name < b.name end)
     local parts = {}
-    for _, k in ipairs(keys) do
-      parts[#parts + 1] = encode_string(k) .. ":" .. encode(v[k], depth + 1)
+    for _, e in ipairs(keys) do
+      parts[#parts + 1] = encode_string(e.name) .. ":" .. encode(v[e.key], depth + 1)
     end
     return "{" .. table.concat(parts, ",") .. "}"
   end
