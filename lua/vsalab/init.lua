@@ -26,6 +26,30 @@ M.log = run.log
 M.run_finish = run.finish
 
 M.backends = require "vsalab.backends"
+
+-- backward_supported(name, q [, k]) -> ok, why: can backward `name`
+-- ('reference', 'sm90a', 'sm100a') take these tensors on their device?
+-- Decided from shapes, dtypes and the device, never tensor contents.
+function M.backward_supported(name, q, k)
+  if not core.is_tensor(q) then error("backward_supported: q must be a tensor", 2) end
+  local device = q.device == "cpu" and "cpu" or "cuda"
+  if q.dtype ~= "bf16" or q.ndim ~= 4 then return false, "q must be a bf16 [B,H,S,D] tensor" end
+  if k and k.device ~= q.device then return false, "k is on " .. k.device .. ", q on " .. q.device end
+  return M.backends.supported(name, device, {D = q.shape[4]})
+end
+
+-- backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs [, opts]) -> dq, dk,
+-- dv, name: the native kernel for the device (sm90a on compute capability
+-- 9.0, sm100a on 10.0 once written) when it takes these shapes, the
+-- reference otherwise; `name` says which one ran.
+function M.backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
+  if not core.is_tensor(q) then error("backward: q must be a tensor", 2) end
+  local device = q.device == "cpu" and "cpu" or "cuda"
+  local b = M.backends.pick(device, {D = q.shape[4]})
+  local fn = b.name == "reference" and core.backward_ref or core["backward_" .. b.name]
+  local dq, dk, dv = fn(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
+  return dq, dk, dv, b.name
+end
 M.problem = require "vsalab.problem"
 M.report = require "vsalab.report"
 M.json = require "vsalab.json"
