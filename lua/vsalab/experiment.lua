@@ -69,6 +69,31 @@ function M.run(e)
   local rows = {}
   local n = #e.configs
   for i, c in ipairs(e.configs) do
+    local ok, err = pcall(M.run_config, e, i, c, device, seed, rows, n)
+    if not ok then
+      -- Out of memory at one point: log it as skipped and go on. Anything
+      -- else (a sticky CUDA error, an interrupt, a bug) ends the run, with
+      -- every row measured so far already committed.
+      local msg = tostring(err)
+      if not (msg:find("cudaErrorMemoryAllocation", 1, true) or msg:find("out of host memory", 1, true)) then
+        error(err, 0)
+      end
+      collectgarbage()
+      local r = {experiment = e.name, kernel = "config", B = c.B, H = c.H, D = c.D,
+        density = c.density, topk = c.topk, ragged = c.ragged and 1 or 0,
+        note = "skipped: " .. msg:gsub("\n.*", "")}
+      r.id = run.log(r)
+      rows[#rows + 1] = r
+      report.progress(i, n, "skipped (out of memory)")
+    end
+  end
+  M.summary(rows, e.anchors)
+  return rows
+end
+
+-- One configuration of run(): build, invert (timed), every backend.
+function M.run_config(e, i, c, device, seed, rows, n)
+  do
     local t0 = os.time()
     report.progress(i - 1, n, "building inputs " .. (c.label or ""))
     local spec = {device = device, seed = seed + i}
@@ -138,8 +163,6 @@ function M.run(e)
     collectgarbage()
     report.progress(i, n, string.format("%s done in %ds", label, os.time() - t0))
   end
-  M.summary(rows, e.anchors)
-  return rows
 end
 
 function M.summary(rows, anchors)

@@ -130,3 +130,26 @@ describe("robustness", function()
     assert.equal("[1,2]", vsalab.json.encode({1, 2}))
   end)
 end)
+
+describe("experiment runner", function()
+  it("logs an out-of-memory point as skipped and goes on", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/oom.lua", [[
+      local exp = require "vsalab.experiment"
+      exp.run{name = "oom", device = "cpu", check = "full", seed = 1, configs = {
+        {B = 1, H = 4096, Sq = 2^24, D = 256, topk = 1},
+        {B = 1, H = 1, Sq = 128, D = 16, topk = 1}}}
+    ]])
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/o.db " .. dir .. "/oom.lua")
+    assert(rc == 0, err)
+    local d = vsalab.db_open(dir .. "/o.db", {readonly = true})
+    local rows = d:q("SELECT kernel, note, passed FROM result ORDER BY id")
+    assert.equal("config", rows[1].kernel)
+    assert.truthy(rows[1].note:match("^skipped: .*out of host memory"))
+    assert.equal("reference", rows[3].kernel)
+    assert.equal(1, rows[3].passed)
+    assert.equal("finished", d:q("SELECT status FROM run")[1].status)
+    d:close()
+    os.execute("rm -rf " .. dir)
+  end)
+end)
