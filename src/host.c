@@ -269,3 +269,27 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
   }
   return finish_run(L, "finished", NULL) == 0 ? 0 : 1;
 }
+
+int
+vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv)
+{
+  lua_getglobal(L, "require");
+  lua_pushstring(L, module);
+  if (docall(L, 1, 1) != 0) {
+    fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
+    return 1;
+  }
+  lua_getfield(L, -1, "main");
+  lua_createtable(L, argc, 0);
+  for (int i = 0; i < argc; i++) {
+    lua_pushstring(L, argv[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  if (docall(L, 1, 1) != 0) {
+    fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
+    return 1;
+  }
+  int rc = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;
+  lua_pop(L, 2);
+  return rc;
+}

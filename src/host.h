@@ -25,4 +25,9 @@ lua_State *vsa_host_new(const vsa_host_options *opts);
  * 'finished', 'failed' or 'interrupted'. */
 int vsa_host_run_script(lua_State *L, const vsa_host_options *opts);
 
+/* Run a command implemented in Lua: require(module).main({args...}) and
+ * return the integer it returns as the exit status (1 with a traceback on
+ * stderr if it raises). */
+int vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv);
+
 #endif

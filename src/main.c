@@ -24,6 +24,9 @@ static const char usage[] =
     "\n"
     "usage:\n"
     "  vsalab run [options] SCRIPT [args...]  run a Lua experiment script\n"
+    "  vsalab compare [--db PATH] A B         speed and error verdicts per point of\n"
+    "                                         two runs (ids, latest, latest~N, a\n"
+    "                                         revision); exit 1 on SLOW/NEW FAIL\n"
     "  vsalab --version                       print the version\n"
     "  vsalab help                            print this text\n"
     "\n"
@@ -114,6 +117,14 @@ main(int argc, char **argv)
     return 0;
   }
   if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);
+  if (strcmp(argv[1], "compare") == 0) {
+    vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 0};
+    lua_State *L = vsa_host_new(&o);
+    if (!L) return 1;
+    int rc = vsa_host_run_module(L, "vsalab.compare", argc - 2, argv + 2);
+    lua_close(L);
+    return rc;
+  }
   fprintf(stderr, "vsalab: unknown command '%s' (see vsalab help)\n", argv[1]);
   return 2;
 }

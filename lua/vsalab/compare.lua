@@ -1,0 +1,169 @@
+-- vsalab compare A B: per matching point of two runs, the speed ratio and a
+-- verdict, error changes and pass->fail flags.
+--
+--   vsalab compare [--db PATH] [--floor-pct 2] [--floor-ms 0.005] A B
+--
+-- A and B are run ids, `latest`, `latest~N` (N runs before the latest), or
+-- a project revision prefix (the latest run built from it). A is the
+-- baseline. Points match on (experiment, kernel, B, H, Sq, Skv, D, block,
+-- density, topk, ragged); when a run measured a point twice the last row
+-- counts. Verdicts, from the medians and each run's measured range
+-- [ms_min, ms_max]:
+--   SAME       |ratio - 1| <= floor-pct, or |B - A| < floor-ms (tiny kernels)
+--   SLOW/FAST  the ranges do not overlap and the medians differ by more than
+--              floor-pct (B's fastest sample slower than A's slowest, or
+--              the reverse)
+--   AMBIGUOUS  the medians differ by more than the floor but the ranges
+--              overlap: rerun with more samples
+-- A row that passed in A and fails in B is flagged NEW FAIL; an output
+-- whose rel L2 grew more than 2x is flagged ERR UP. Exit status 1 when any
+-- point is SLOW or NEW FAIL (so it can gate a CI job), 2 on usage errors.
+local core = require "vsalab.core"
+local report = require "vsalab.report"
+
+local M = {}
+
+M.defaults = {floor_pct = 2, floor_ms = 0.005}
+
+-- Verdict for one point: a, b = {median, min, max} in ms.
+function M.verdict(a, b, opts)
+  opts = opts or M.defaults
+  local floor = (opts.floor_pct or M.defaults.floor_pct) / 100
+  local ratio = b.median / a.median
+  if math.abs(b.median - a.median) < (opts.floor_ms or M.defaults.floor_ms) then
+    return "SAME", ratio
+  end
+  if math.abs(ratio - 1) <= floor then return "SAME", ratio end
+  if ratio > 1 and b.min > a.max then return "SLOW", ratio end
+  if ratio < 1 and b.max < a.min then return "FAST", ratio end
+  return "AMBIGUOUS", ratio
+end
+
+local key_cols = {"experiment", "kernel", "B", "H", "Sq", "Skv", "D", "block",
+  "density", "topk", "ragged"}
+
+local function point_key(r)
+  local parts = {}
+  for i, c in ipairs(key_cols) do
+    local v = r[c]
+    if type(v) == "number" and c == "density" then v = string.format("%.6f", v) end
+    parts[i] = tostring(v)
+  end
+  return table.concat(parts, "|")
+end
+
+-- Resolve a run reference to an id.
+function M.resolve(db, ref)
+  if ref == "latest" then ref = "latest~0" end
+  local back = ref:match("^latest~(%d+)$")
+  if back then
+    local r = db:q("SELECT id FROM run ORDER BY id DESC LIMIT 1 OFFSET ?", tonumber(back))
+    if #r == 0 then error("no run '" .. ref .. "' in this DB", 0) end
+    return r[1].id
+  end
+  if ref:match("^%d+$") then
+    local r = db:q("SELECT id FROM run WHERE id = ?", tonumber(ref))
+    if #r == 0 then error("no run with id " .. ref, 0) end
+    return r[1].id
+  end
+  local r = db:q("SELECT id FROM run WHERE git_rev LIKE ? ORDER BY id DESC LIMIT 1", ref .. "%")
+  if #r == 0 then error("no run with id, 'latest' or revision '" .. ref .. "'", 0) end
+  return r[1].id
+end
+
+local function load(db, id)
+  local rows = db:q([[SELECT * FROM result WHERE run_id = ? AND ms_median IS NOT NULL
+                      ORDER BY id]], id)
+  local by = {}
+  for _, r in ipairs(rows) do
+    r.errors = {}
+    for _, e in ipairs(db:q("SELECT * FROM result_error WHERE result_id = ?", r.id)) do
+      r.errors[e.output] = e
+    end
+    by[point_key(r)] = r
+  end
+  return by
+end
+
+-- Compare runs a and b (ids) of db; returns the list of point rows and
+-- whether the comparison gates (SLOW or NEW FAIL somewhere).
+function M.compare(db, a, b, opts)
+  local A, B = load(db, a), load(db, b)
+  local out, gate = {}, false
+  local keys = {}
+  for k in pairs(B) do if A[k] then keys[#keys + 1] = k end end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    local ra, rb = A[k], B[k]
+    local v, ratio = M.verdict(
+      {median = ra.ms_median, min = ra.ms_min or ra.ms_median, max = ra.ms_max or ra.ms_median},
+      {median = rb.ms_median, min = rb.ms_min or rb.ms_median, max = rb.ms_max or rb.ms_median}, opts)
+    local flags = {}
+    if ra.passed == 1 and rb.passed == 0 then flags[#flags + 1] = "NEW FAIL" end
+    for name, eb in pairs(rb.errors) do
+      local ea = ra.errors[name]
+      if ea and ea.rel_l2 and eb.rel_l2 and eb.rel_l2 > 2 * ea.rel_l2 and eb.rel_l2 > 1e-6 then
+        flags[#flags + 1] = "ERR UP " .. name
+      end
+    end
+    if v == "SLOW" or flags[1] == "NEW FAIL" then gate = true end
+    out[#out + 1] = {experiment = rb.experiment, kernel = rb.kernel, H = rb.H, S = rb.Sq,
+      density = rb.density, a_ms = ra.ms_median, b_ms = rb.ms_median, ratio = ratio,
+      verdict = v, flags = table.concat(flags, ", ")}
+  end
+  return out, gate
+end
+
+local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-ms MS] A B\n"
+
+-- Entry point of `vsalab compare`: returns the exit status.
+function M.main(argv)
+  local opts = {floor_pct = M.defaults.floor_pct, floor_ms = M.defaults.floor_ms}
+  local db_path = (package.loaded.vsalab and package.loaded.vsalab.context.db_path) or "results.db"
+  local refs = {}
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--db" or a == "--floor-pct" or a == "--floor-ms" then
+      local v = argv[i + 1]
+      if not v then io.stderr:write("vsalab compare: ", a, " needs a value\n", usage); return 2 end
+      if a == "--db" then db_path = v
+      else
+        local n = tonumber(v)
+        if not n or n < 0 then io.stderr:write("vsalab compare: ", a, " expects a number >= 0\n"); return 2 end
+        opts[a == "--floor-pct" and "floor_pct" or "floor_ms"] = n
+      end
+      i = i + 2
+    elseif a:sub(1, 1) == "-" then
+      io.stderr:write("vsalab compare: unknown option ", a, "\n", usage)
+      return 2
+    else
+      refs[#refs + 1] = a
+      i = i + 1
+    end
+  end
+  if #refs ~= 2 then io.stderr:write(usage); return 2 end
+  local ok, db = pcall(core.db_open, db_path, {readonly = true})
+  if not ok then io.stderr:write("vsalab compare: ", tostring(db), "\n"); return 2 end
+  local ok2, a = pcall(M.resolve, db, refs[1])
+  local ok3, b = pcall(M.resolve, db, refs[2])
+  if not (ok2 and ok3) then
+    io.stderr:write("vsalab compare: ", tostring(ok2 and b or a), "\n")
+    return 2
+  end
+  local rows, gate = M.compare(db, a, b, opts)
+  db:close()
+  print(string.format("run %d (baseline) vs run %d: %d matching points, floors %.3g%% and %.3g ms",
+    a, b, #rows, opts.floor_pct, opts.floor_ms))
+  report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "H", fmt = "%d"},
+    {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"},
+    {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
+    {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
+  local counts = {}
+  for _, r in ipairs(rows) do counts[r.verdict] = (counts[r.verdict] or 0) + 1 end
+  print(string.format("SAME %d  FAST %d  SLOW %d  AMBIGUOUS %d", counts.SAME or 0,
+    counts.FAST or 0, counts.SLOW or 0, counts.AMBIGUOUS or 0))
+  return gate and 1 or 0
+end
+
+return M

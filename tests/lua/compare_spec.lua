@@ -1,0 +1,80 @@
+-- vsalab compare on synthetic runs with known noise (no GPU): identical
+-- distributions give SAME, a 10% slowdown with 1% noise gives SLOW (exit 1),
+-- a pass->fail is flagged.
+local H = require "helpers"
+
+local x = H.seed()
+local function uniform() x = (x * 48271) % 2147483647; return (x + 0.5) / 2147483647 end
+local function normal()
+  return math.sqrt(-2 * math.log(uniform())) * math.cos(2 * math.pi * uniform())
+end
+
+-- Log one synthetic run: per point, 20 samples of median_ms·scale·(1 + noise·N(0,1)).
+local function synthetic_run(db, scale, noise, passed)
+  local id = db:begin_run{script = "synthetic"}
+  for _, S in ipairs{4096, 8192, 16384, 32768} do
+    for _, kernel in ipairs{"sm90a", "reference"} do
+      local base = S / 4096 * (kernel == "sm90a" and 0.25 or 3.0)
+      local s = {}
+      for i = 1, 20 do s[i] = base * scale * (1 + noise * normal()) end
+      local st = vsalab.stats(s)
+      db:log{run_id = id, experiment = "synthetic", kernel = kernel, B = 1, H = 8, Sq = S,
+        Skv = S, D = 128, block = 64, density = 0.25, topk = S / 256, ragged = 0,
+        ms_median = st.median, ms_min = st.min, ms_max = st.max, spread = st.spread,
+        samples = st.samples, passed = passed and 1 or 0,
+        errors = {dq = {rel_l2 = 2.3e-3, passed = passed}}}
+    end
+  end
+  db:end_run(id, "finished")
+  return id
+end
+
+describe("vsalab compare", function()
+  local dir = H.tmpdir()
+  local path = dir .. "/c.db"
+  local db = vsalab.db_open(path)
+  local a = synthetic_run(db, 1.0, 0.01, true)
+  local b = synthetic_run(db, 1.0, 0.01, true)
+  local c = synthetic_run(db, 1.1, 0.01, true)
+  local d = synthetic_run(db, 1.0, 0.01, false)
+  db:close()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("says SAME for identical distributions", function()
+    local rc, out = H.vsalab("compare --db " .. path .. " " .. a .. " " .. b)
+    assert.equal(0, rc)
+    assert.truthy(out:match("8 matching points"))
+    assert.truthy(out:match("SAME 8  FAST 0  SLOW 0  AMBIGUOUS 0"))
+  end)
+
+  it("says SLOW for a 10% slowdown with 1% noise, and gates", function()
+    local rc, out = H.vsalab("compare --db " .. path .. " " .. a .. " " .. c)
+    assert.equal(1, rc)
+    assert.truthy(out:match("SLOW 8"))
+    local rc2, out2 = H.vsalab("compare --db " .. path .. " " .. c .. " " .. a)
+    assert.equal(0, rc2)
+    assert.truthy(out2:match("FAST 8"))
+  end)
+
+  it("flags a new failure and resolves latest~N", function()
+    local rc, out = H.vsalab("compare --db " .. path .. " latest~3 latest")
+    assert.equal(1, rc)
+    assert.truthy(out:match("NEW FAIL"))
+  end)
+
+  it("rejects bad references and options", function()
+    assert.equal(2, (H.vsalab("compare --db " .. path .. " 1 999")))
+    assert.equal(2, (H.vsalab("compare --db " .. path .. " 1")))
+    assert.equal(2, (H.vsalab("compare --db " .. path .. " --floor-pct x 1 2")))
+    assert.equal(2, (H.vsalab("compare --db " .. dir .. "/none.db 1 2")))
+  end)
+
+  it("decides verdicts from medians, ranges and the floors", function()
+    local cmp = require "vsalab.compare"
+    assert.equal("SAME", (cmp.verdict({median = 1, min = 0.99, max = 1.01}, {median = 1.01, min = 1.0, max = 1.02})))
+    assert.equal("SLOW", (cmp.verdict({median = 1, min = 0.99, max = 1.01}, {median = 1.1, min = 1.08, max = 1.12})))
+    assert.equal("AMBIGUOUS", (cmp.verdict({median = 1, min = 0.9, max = 1.2}, {median = 1.1, min = 1.0, max = 1.3})))
+    -- A 40% change of a 2-microsecond kernel is under the absolute floor.
+    assert.equal("SAME", (cmp.verdict({median = 0.002, min = 0.002, max = 0.002}, {median = 0.0028, min = 0.0028, max = 0.0028})))
+  end)
+end)
