@@ -1,13 +1,16 @@
 -- The main-job flow shared by experiments/*.lua.
 --
--- run{name=, device='cuda', configs={...}, check=..., seed=, anchors=}
--- For each config {B, H, D, latent={T,H,W} | Sq, density | topk, ragged}:
+-- run{name=, device='cuda', sweep=sw (vsalab.sweep) or configs={...},
+--     check=..., seed=, anchors=}
+-- For each point {B, H, D, latent={T,H,W} | Sq, density | topk, ragged}:
 --   build inputs with cuRAND and random top-k lists, invert them (timed),
 --   run the reference forward, then every backward available on the device:
 --   time it (vsalab.bench, CUDA events), check it against the fp64 oracle
 --   (check = 'full', or a spot check on sampled heads and blocks:
 --   {bh=, q_blocks=, kv_blocks=}, see vsalab.check.spot_check), and commit a
 --   result row. A failed check voids the row's speed figure (tflops NULL).
+-- Each point's problem seed derives from the run seed and the point's stable
+-- hash (not its position), so any row's inputs can be rebuilt alone.
 -- Prints a progress line per step and a summary table; returns the rows.
 local core = require "vsalab.core"
 local bench = require "vsalab.bench"
@@ -59,8 +62,23 @@ local function timing(row, st)
   row.spread, row.samples = st.spread, st.samples
 end
 
+-- Problem seed of a point: low 20 bits of the run seed, then low 20 bits of
+-- the point hash (exact in a double, below 2^40).
+function M.point_seed(run_seed, hash)
+  return (run_seed % 2^20) * 2^20 + tonumber(hash, 16) % 2^20
+end
+
 function M.run(e)
   local device = e.device or "cuda"
+  if e.sweep then
+    local desc, pts = e.sweep:describe()
+    io.stderr:write(e.name, ": ", desc, "\n")
+    e.configs = {}
+    for _, p in ipairs(pts) do
+      if p.skipped then io.stderr:write("  skip ", p.hash, ": ", p.skipped, "\n")
+      else e.configs[#e.configs + 1] = p end
+    end
+  end
   if device ~= "cpu" then
     local ok, why = core.cuda_available()
     if not ok then error(e.name .. " needs a CUDA device: " .. tostring(why), 0) end
@@ -96,8 +114,10 @@ function M.run_config(e, i, c, device, seed, rows, n)
   do
     local t0 = os.time()
     report.progress(i - 1, n, "building inputs " .. (c.label or ""))
-    local spec = {device = device, seed = seed + i}
-    for k, v in pairs(c) do if k ~= "skip" then spec[k] = v end end
+    local hash = c.hash or require("vsalab.sweep").hash(c)
+    local spec = {device = device, seed = M.point_seed(seed, hash)}
+    local meta = {skip = true, hash = true, label = true, skipped = true}
+    for k, v in pairs(c) do if not meta[k] then spec[k] = v end end
     local p = problem.build(spec)
     local label = shape_of(c, p)
 
@@ -110,6 +130,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
     row.kernel = "invert"
     timing(row, st)
     row.note = "q2k -> k2q inversion, deterministic"
+    row.extra = {seed = p.seed, point_hash = hash}
     row.id = run.log(row)
     rows[#rows + 1] = row
 
@@ -153,7 +174,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
         r.errors = res.errors
         r.note = res.what
         r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
-          clock = bst.clock, seed = p.seed}
+          clock = bst.clock, seed = p.seed, point_hash = hash}
         r.id = run.log(r)
         rows[#rows + 1] = r
         for _, t in pairs(outs) do t:free() end
@@ -170,7 +191,7 @@ function M.summary(rows, anchors)
   for _, r in ipairs(rows) do
     local e = r.errors or {}
     local function err(k) return e[k] and e[k].rel_l2 end
-    t[#t + 1] = {kernel = r.kernel, H = r.H, S = r.Sq, density = r.density,
+    t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, density = r.density,
       topk = r.topk, ms = r.ms_median, tflops = r.tflops,
       dq = err("dq"), dk = err("dk"), dv = err("dv"),
       ok = r.passed == nil and "-" or (r.passed == 1 and "pass" or "FAIL"),
@@ -178,7 +199,7 @@ function M.summary(rows, anchors)
   end
   print()
   report.table(t, {
-    {key = "kernel"}, {key = "H", fmt = "%d"}, {key = "S", fmt = "%d"},
+    {key = "kernel"}, {key = "B", fmt = "%d"}, {key = "H", fmt = "%d"}, {key = "S", fmt = "%d"},
     {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
     {key = "ms", title = "ms (median)", fmt = "%.3f"},
     {key = "tflops", title = "TFLOPS", fmt = "%.1f"},

@@ -53,6 +53,7 @@ end
 M.problem = require "vsalab.problem"
 M.report = require "vsalab.report"
 M.json = require "vsalab.json"
+M.sweep = require "vsalab.sweep"
 
 -- Lazily loaded: the case runner is only needed by tests.
 setmetatable(M, {__index = function(t, k)

@@ -5,7 +5,8 @@
 # steps (default all but profile): quick specs sanitize invert seed_sweep
 # wan720p profile
 # Logs go to $OUT (or ./gpu-out) as specs.log, sanitize.log, invert.log,
-# wan720p.log and results.db.
+# wan720p.log and results.db. WAN720P_ARGS passes axis overrides to the main
+# job, e.g. WAN720P_ARGS="-a H=40 -a density=[0.1,0.25]".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-build/vsalab}

@@ -1,0 +1,204 @@
+-- Sweeps: the points an experiment measures, declared as axes.
+--
+--   local sweep = require "vsalab.sweep"
+--   local sw = sweep.new{
+--     axes = {
+--       {"H", {40, 12}},                        -- a list
+--       {"density", sweep.range(0.1, 0.5, 0.2)},-- start, stop (inclusive), step
+--       {"tokens", sweep.pow2(12, 17)},         -- 2^12 .. 2^17
+--     },
+--     zip = {{"latent", "label"}, {{21,45,80}, "720p"}, {{21,30,52}, "480p"}},
+--     fixed = {B = 1, D = 128},
+--     skip = function(pt) if pt.H > 16 and pt.tokens > 65536 then return "too big" end end,
+--   }
+--   sw:override(arg)   -- apply -a name=... from the command line
+--   for i, pt in sw:each() do ... end
+--
+-- Points are the cartesian product of the axes (first axis slowest), times
+-- each row of a zipped group (coupled parameters that move together), plus
+-- the fixed parameters. Each point carries a stable `hash` (FNV-1a of its
+-- sorted key=value text: the same point gets the same hash in every run).
+-- Command-line overrides use nvbench's grammar:
+--   -a name=value   -a name=[v1,v2,...]   -a name=[start:stop]
+--   -a name=[start:stop:step]   -a name[pow2]=[10:20]   (2^10 .. 2^20)
+-- An override of an unknown axis, or of a zipped one, is an error.
+local bit = require "bit"
+
+local M = {}
+local Sweep = {}
+Sweep.__index = Sweep
+
+function M.range(start, stop, step)
+  step = step or 1
+  assert(step > 0, "range: step must be positive")
+  local t = {}
+  for v = start, stop + step * 1e-9, step do t[#t + 1] = v end
+  return t
+end
+
+function M.pow2(lo, hi)
+  local t = {}
+  for e = lo, hi do t[#t + 1] = 2 ^ e end
+  return t
+end
+
+local function fnv1a(s)
+  local h = 2166136261
+  for i = 1, #s do
+    h = bit.bxor(h, s:byte(i))
+    h = bit.tobit(h * 16777619 % 4294967296)
+  end
+  return bit.tohex(h)
+end
+
+local function value_text(v)
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = value_text(x) end
+    return "[" .. table.concat(parts, ",") .. "]"
+  end
+  if type(v) == "number" then return string.format("%.17g", v) end
+  return tostring(v)
+end
+
+-- The stable hash of a point (ignores the `hash` key itself).
+function M.hash(pt)
+  local keys = {}
+  for k in pairs(pt) do if k ~= "hash" then keys[#keys + 1] = k end end
+  table.sort(keys)
+  local parts = {}
+  for i, k in ipairs(keys) do parts[i] = k .. "=" .. value_text(pt[k]) end
+  return fnv1a(table.concat(parts, ";"))
+end
+
+function M.new(spec)
+  local sw = setmetatable({axes = {}, zip = nil, fixed = spec.fixed or {}, skip = spec.skip}, Sweep)
+  for _, a in ipairs(spec.axes or {}) do
+    assert(type(a[1]) == "string" and type(a[2]) == "table" and #a[2] > 0,
+      "sweep: each axis is {name, {values...}}")
+    sw.axes[#sw.axes + 1] = {name = a[1], values = a[2]}
+  end
+  if spec.zip then
+    sw.zip = {names = spec.zip[1], rows = {}}
+    for i = 2, #spec.zip do
+      assert(#spec.zip[i] == #spec.zip[1], "sweep: a zip row needs one value per name")
+      sw.zip.rows[#sw.zip.rows + 1] = spec.zip[i]
+    end
+  end
+  return sw
+end
+
+-- Parse one override value in nvbench's grammar.
+local function parse_values(text, pow2)
+  local inner = text:match("^%[(.*)%]$")
+  local vals = {}
+  if not inner then
+    vals[1] = tonumber(text) or text
+  else
+    local a, b, c = inner:match("^([^:,]+):([^:,]+):?([^:,]*)$")
+    if a then
+      local start, stop, step = tonumber(a), tonumber(b), c ~= "" and tonumber(c) or 1
+      if not (start and stop and step and step > 0) then
+        error("sweep: bad range '" .. text .. "'", 0)
+      end
+      vals = M.range(start, stop, step)
+    else
+      for x in inner:gmatch("[^,]+") do vals[#vals + 1] = tonumber(x) or x end
+    end
+  end
+  if #vals == 0 then error("sweep: no values in '" .. text .. "'", 0) end
+  if pow2 then
+    for i, v in ipairs(vals) do
+      if type(v) ~= "number" then error("sweep: pow2 needs numbers, got '" .. tostring(v) .. "'", 0) end
+      vals[i] = 2 ^ v
+    end
+  end
+  return vals
+end
+
+-- Apply "-a name=values" pairs found in argv (the script's arg table);
+-- returns the arguments that are not overrides.
+function Sweep:override(argv)
+  local rest = {}
+  local i = 1
+  while argv and i <= #argv do
+    local a = argv[i]
+    local spec
+    if a == "-a" or a == "--axis" then
+      spec = argv[i + 1]
+      if not spec then error("sweep: " .. a .. " needs name=values", 0) end
+      i = i + 2
+    elseif a:match("^%-a.") then
+      spec = a:sub(3)
+      i = i + 1
+    else
+      rest[#rest + 1] = a
+      i = i + 1
+    end
+    if spec then
+      local name, flag, vals = spec:match("^([%w_]+)(%[?%w*%]?)=(.+)$")
+      if not name then error("sweep: override '" .. spec .. "': expected name=values", 0) end
+      if flag ~= "" and flag ~= "[pow2]" then error("sweep: unknown axis flag " .. flag, 0) end
+      local axis
+      for _, ax in ipairs(self.axes) do if ax.name == name then axis = ax end end
+      if not axis then
+        local known = {}
+        for _, ax in ipairs(self.axes) do known[#known + 1] = ax.name end
+        error("sweep: no axis '" .. name .. "' (axes: " .. table.concat(known, ", ") .. ")", 0)
+      end
+      axis.values = parse_values(vals, flag == "[pow2]")
+    end
+  end
+  return rest
+end
+
+-- All points (skipped ones included, with .skipped = reason), in order.
+function Sweep:points()
+  local out = {}
+  local zrows = self.zip and self.zip.rows or {{}}
+  local function rec(d, pt)
+    if d > #self.axes then
+      for _, zr in ipairs(zrows) do
+        local p = {}
+        for k, v in pairs(self.fixed) do p[k] = v end
+        for k, v in pairs(pt) do p[k] = v end
+        if self.zip then
+          for j, name in ipairs(self.zip.names) do p[name] = zr[j] end
+        end
+        p.hash = M.hash(p)
+        if self.skip then
+          local why = self.skip(p)
+          if why then p.skipped = why end
+        end
+        out[#out + 1] = p
+      end
+      return
+    end
+    local ax = self.axes[d]
+    for _, v in ipairs(ax.values) do
+      pt[ax.name] = v
+      rec(d + 1, pt)
+    end
+    pt[ax.name] = nil
+  end
+  rec(1, {})
+  return out
+end
+
+-- "N points (M skipped)" and, given seconds_per_point(pt), an estimate.
+function Sweep:describe(seconds_per_point)
+  local pts = self:points()
+  local run, skipped, est = 0, 0, 0
+  for _, p in ipairs(pts) do
+    if p.skipped then skipped = skipped + 1
+    else
+      run = run + 1
+      if seconds_per_point then est = est + seconds_per_point(p) end
+    end
+  end
+  local s = string.format("%d points (%d skipped)", run, skipped)
+  if seconds_per_point then s = s .. string.format(", about %.0f s", est) end
+  return s, pts
+end
+
+return M

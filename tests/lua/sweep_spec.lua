@@ -1,0 +1,65 @@
+-- The sweep API: expansion, zipped axes, skips, stable hashes, overrides.
+local H = require "helpers"
+local sweep = require "vsalab.sweep"
+
+describe("sweep", function()
+  local function make()
+    return sweep.new{
+      axes = {{"H", {40, 12}}, {"density", {0.1, 0.25}}},
+      zip = {{"latent", "label"}, {{21, 45, 80}, "720p"}, {{21, 30, 52}, "480p"}},
+      fixed = {B = 1, D = 128},
+      skip = function(pt) if pt.H == 40 and pt.label == "480p" then return "not in ANCHORS" end end,
+    }
+  end
+
+  it("expands axes times zipped rows, first axis slowest, with fixed params", function()
+    local pts = make():points()
+    assert.equal(8, #pts)
+    assert.equal(40, pts[1].H)
+    assert.equal(0.1, pts[1].density)
+    assert.equal("720p", pts[1].label)
+    assert.equal("480p", pts[2].label)
+    assert.equal(12, pts[5].H)
+    assert.equal(1, pts[3].B)
+    assert.equal("not in ANCHORS", pts[2].skipped)
+    assert.is_nil(pts[1].skipped)
+    local desc = make():describe(function() return 10 end)
+    assert.equal("6 points (2 skipped), about 60 s", desc)
+  end)
+
+  it("gives each point a stable hash", function()
+    local a, b = make():points(), make():points()
+    local seen = {}
+    for i, p in ipairs(a) do
+      assert.equal(p.hash, b[i].hash)
+      assert.is_nil(seen[p.hash])
+      seen[p.hash] = true
+    end
+    -- Independent of construction order and of the hash field itself.
+    assert.equal(sweep.hash({x = 1, y = "a"}), sweep.hash({y = "a", x = 1, hash = "zz"}))
+    assert.are_not.equal(sweep.hash({x = 1}), sweep.hash({x = 2}))
+  end)
+
+  it("takes nvbench-style overrides", function()
+    local sw = make()
+    local rest = sw:override{"-a", "density=[0.5,0.75]", "-aH=8", "other"}
+    assert.same({"other"}, rest)
+    local pts = sw:points()
+    assert.equal(4, #pts)
+    assert.equal(8, pts[1].H)
+    assert.equal(0.75, pts[3].density)
+    sw = sweep.new{axes = {{"tokens", {1}}, {"k", {1}}}}
+    sw:override{"-a", "tokens[pow2]=[12:14]", "-a", "k=[1:7:3]"}
+    local t = {}
+    for _, p in ipairs(sw:points()) do t[#t + 1] = p.tokens .. "/" .. p.k end
+    assert.same({"4096/1", "4096/4", "4096/7", "8192/1", "8192/4", "8192/7",
+      "16384/1", "16384/4", "16384/7"}, t)
+  end)
+
+  it("rejects unknown axes and malformed overrides by name", function()
+    assert.truthy(H.err(function() make():override{"-a", "heads=4"} end):match("no axis 'heads'"))
+    assert.truthy(H.err(function() make():override{"-a", "H"} end):match("expected name=values"))
+    assert.truthy(H.err(function() make():override{"-a", "H=[1:x]"} end):match("bad range"))
+    assert.truthy(H.err(function() make():override{"-a"} end):match("needs name=values"))
+  end)
+end)
