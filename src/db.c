@@ -59,18 +59,22 @@ static const char *const stmt_sql[ST_LAST] = {
   [ST_RUN_INSERT] =
     "INSERT INTO run (status, script, args, seed, host, pid, git_rev,"
     " vsalab_version, gpu_name, gpu_cc, sm_count, driver_version,"
-    " runtime_version, device_index)"
+    " runtime_version, device_index, context, cuda_visible_devices,"
+    " nvcc_flags, dirty)"
     " VALUES ('running', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
-    " ?13)",
+    " ?13, ?14, ?15, ?16, ?17)",
   [ST_RUN_END] =
     "UPDATE run SET status = ?2, error = ?3, ended_at = " NOW_SQL
     " WHERE id = ?1",
   [ST_RESULT_INSERT] =
     "INSERT INTO result (run_id, experiment, kernel, B, H, Sq, Skv, D, block,"
     " density, topk, ragged, pairs, ms_median, ms_min, ms_max, spread,"
-    " samples, tflops, passed, note, extra)"
+    " samples, tflops, passed, note, extra, ms_p20, ms_p80, rel_stddev, mode,"
+    " point_hash, samples_ms, sm_clock_start_mhz, sm_clock_end_mhz,"
+    " throttled)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
-    " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+    " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28,"
+    " ?29, ?30, ?31)",
   [ST_ERROR_INSERT] =
     "INSERT INTO result_error (result_id, output, rel_l2, max_abs, nonfinite,"
     " norm_ratio, passed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -309,12 +313,55 @@ check_version(vsa_db *db, int64_t version)
     return vsa_fail("db '%s': schema version %lld is newer than this vsalab "
                     "supports (%d); use a newer vsalab or another file",
                     db->path, (long long)version, VSA_DB_SCHEMA_VERSION);
-  if (version > 0 && version < VSA_DB_SCHEMA_VERSION)
-    /* Version 1 is the first; upgrades (db/upgrades/) come with version 2. */
-    return vsa_fail("db '%s': schema version %lld is older than %d and "
-                    "cannot be upgraded", db->path, (long long)version,
-                    VSA_DB_SCHEMA_VERSION);
+  /* Older versions are upgraded at open (read-only opens read them as
+   * they are). */
   return 0;
+}
+
+/* The embedded upgrade to schema version v (db/upgrades/NNNN_*.sql). */
+static const char *
+upgrade_sql(int v)
+{
+  char name[32];
+  snprintf(name, sizeof name, "upgrade_%04d", v);
+  for (const vsa_embedded_file *f = vsa_embedded; f->name; f++)
+    if (strcmp(f->name, name) == 0) return f->text;
+  return NULL;
+}
+
+/* Inside an open transaction: apply the upgrades after version `from`, one
+ * after the other, and set user_version. */
+static int
+apply_upgrades(vsa_db *db, int64_t from)
+{
+  for (int v = (int)from + 1; v <= VSA_DB_SCHEMA_VERSION; v++) {
+    const char *sql = upgrade_sql(v);
+    if (!sql)
+      return vsa_fail("db '%s': this binary lacks the upgrade to schema "
+                      "version %d (db/upgrades/)", db->path, v);
+    VSA_TRY(exec_sql(db, sql));
+  }
+  char pragma[64];
+  snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d", VSA_DB_SCHEMA_VERSION);
+  return exec_sql(db, pragma);
+}
+
+/* Bring an older database up to this build's schema, all or nothing. The
+ * version is read again under the write lock: another process may have
+ * upgraded it meanwhile. */
+static int
+upgrade(vsa_db *db)
+{
+  VSA_TRY(exec_sql(db, "BEGIN IMMEDIATE"));
+  int64_t version = 0, nobjects = 0;
+  if (read_state(db, &version, &nobjects)) goto fail;
+  if (version < VSA_DB_SCHEMA_VERSION && apply_upgrades(db, version)) goto fail;
+  if (exec_sql(db, "COMMIT")) goto fail;
+  return 0;
+fail:
+  if (!sqlite3_get_autocommit(db->h))
+    sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+  return -1;
 }
 
 /* Create the schema on an empty database. Another process may be doing the
@@ -330,10 +377,8 @@ create_schema(vsa_db *db)
   int64_t version = 0, ntables = 0;
   if (read_state(db, &version, &ntables)) goto fail;
   if (version == 0 && ntables == 0) {
-    char pragma[64];
-    snprintf(pragma, sizeof pragma, "PRAGMA user_version = %d",
-             VSA_DB_SCHEMA_VERSION);
-    if (exec_sql(db, schema) || exec_sql(db, pragma)) goto fail;
+    /* schema.sql is version 1; the upgrades bring it to this build's. */
+    if (exec_sql(db, schema) || apply_upgrades(db, 1)) goto fail;
   } else if (version == 0) {
     vsa_fail("db '%s': a SQLite database but not a vsalab one "
              "(user_version 0 and %lld schema objects)", db->path,
@@ -468,7 +513,9 @@ vsa_db_open(vsa_db **out, const char *path, int readonly)
    * a file we refuse must be left as it was. */
   int64_t version = 0;
   if (open_connection(db) || probe(db, &version) || configure(db) ||
-      (version == 0 && create_schema(db)) || prepare_all(db)) {
+      (version == 0 && create_schema(db)) ||
+      (!db->readonly && version > 0 && version < VSA_DB_SCHEMA_VERSION && upgrade(db)) ||
+      (!db->readonly && prepare_all(db))) {
     vsa_db_close(db);
     return -1;
   }
@@ -513,6 +560,7 @@ vsa_db_run_info_init(vsa_run_info *info)
 {
   memset(info, 0, sizeof *info);
   info->seed = info->pid = info->sm_count = info->device_index = VSA_DB_NULL;
+  info->dirty = VSA_DB_NULL;
 }
 
 void
@@ -525,6 +573,9 @@ vsa_db_result_init(vsa_result_row *row)
   row->passed = VSA_DB_NULL;
   row->density = row->ms_median = row->ms_min = row->ms_max = NAN;
   row->spread = row->tflops = NAN;
+  row->ms_p20 = row->ms_p80 = row->rel_stddev = NAN;
+  row->sm_clock_start_mhz = row->sm_clock_end_mhz = NAN;
+  row->throttled = VSA_DB_NULL;
 }
 
 void
@@ -547,7 +598,9 @@ vsa_db_run_begin(vsa_db *db, const vsa_run_info *info, int64_t *run_id)
     arg_text(info->vsalab_version), arg_text(info->gpu_name),
     arg_text(info->gpu_cc),         arg_int(info->sm_count),
     arg_text(info->driver_version), arg_text(info->runtime_version),
-    arg_int(info->device_index),
+    arg_int(info->device_index),    arg_text(info->context),
+    arg_text(info->cuda_visible_devices), arg_text(info->nvcc_flags),
+    arg_int(info->dirty),
   };
   int nested;
   VSA_TRY(tx_begin(db, &nested));
@@ -615,6 +668,11 @@ vsa_db_result_add(vsa_db *db, const vsa_result_row *row,
     arg_real(row->spread),    arg_int(row->samples),
     arg_real(row->tflops),    arg_int(row->passed),
     arg_text(row->note),      arg_text(row->extra),
+    arg_real(row->ms_p20),    arg_real(row->ms_p80),
+    arg_real(row->rel_stddev), arg_text(row->mode),
+    arg_text(row->point_hash), arg_text(row->samples_ms),
+    arg_real(row->sm_clock_start_mhz), arg_real(row->sm_clock_end_mhz),
+    arg_int(row->throttled),
   };
   int nested;
   VSA_TRY(tx_begin(db, &nested));

@@ -27,7 +27,7 @@
 #include <sqlite3.h>
 
 /* The schema version this build creates and understands. */
-#define VSA_DB_SCHEMA_VERSION 1
+#define VSA_DB_SCHEMA_VERSION 2
 
 /* An integer field holding this is stored as NULL (unknown). */
 #define VSA_DB_NULL INT64_MIN
@@ -49,6 +49,10 @@ typedef struct {
   const char *driver_version;  /* CUDA driver, e.g. "12.8" */
   const char *runtime_version; /* CUDA runtime, e.g. "12.8" */
   int64_t device_index;        /* CUDA ordinal used */
+  const char *context;         /* --context pairs as a JSON object (v2) */
+  const char *cuda_visible_devices; /* the environment variable (v2) */
+  const char *nvcc_flags;      /* flags the kernels were built with (v2) */
+  int64_t dirty;               /* 1: built from a dirty tree (v2) */
 } vsa_run_info;
 
 /* One measured configuration (table result). experiment and kernel are
@@ -71,6 +75,13 @@ typedef struct {
   int64_t passed;          /* 1 / 0, VSA_DB_NULL when not checked */
   const char *note;        /* free text */
   const char *extra;       /* free-form JSON text (must be valid JSON) */
+  double ms_p20, ms_p80;   /* 20th / 80th percentile, ms (v2) */
+  double rel_stddev;       /* sample stddev / mean (v2) */
+  const char *mode;        /* timing mode: 'hot', 'cold', 'graph' (v2) */
+  const char *point_hash;  /* stable hash of the sweep point (v2) */
+  const char *samples_ms;  /* raw samples as a JSON array, or NULL (v2) */
+  double sm_clock_start_mhz, sm_clock_end_mhz; /* around the point (v2) */
+  int64_t throttled;       /* 1: clocks dropped during the point (v2) */
 } vsa_result_row;
 
 /* Error metrics of one output of a result (table result_error). */

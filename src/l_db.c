@@ -65,7 +65,9 @@ static const field run_fields[] = {
   RUN(vsalab_version, F_TEXT), RUN(gpu_name, F_TEXT),
   RUN(gpu_cc, F_TEXT),         RUN(sm_count, F_INT),
   RUN(driver_version, F_TEXT), RUN(runtime_version, F_TEXT),
-  RUN(device_index, F_INT),    {NULL, F_TEXT, 0},
+  RUN(device_index, F_INT),    RUN(context, F_TEXT),
+  RUN(cuda_visible_devices, F_TEXT), RUN(nvcc_flags, F_TEXT),
+  RUN(dirty, F_FLAG),          {NULL, F_TEXT, 0},
 };
 
 #define ROW(name, type) {#name, type, offsetof(vsa_result_row, name)}
@@ -77,7 +79,11 @@ static const field row_fields[] = {
   ROW(pairs, F_INT),     ROW(ms_median, F_REAL),  ROW(ms_min, F_REAL),
   ROW(ms_max, F_REAL),   ROW(spread, F_REAL),     ROW(samples, F_INT),
   ROW(tflops, F_REAL),   ROW(passed, F_FLAG),     ROW(note, F_TEXT),
-  ROW(extra, F_TEXT),    {"errors", F_ERRORS, 0}, {NULL, F_TEXT, 0},
+  ROW(extra, F_TEXT),    ROW(ms_p20, F_REAL),     ROW(ms_p80, F_REAL),
+  ROW(rel_stddev, F_REAL), ROW(mode, F_TEXT),     ROW(point_hash, F_TEXT),
+  ROW(samples_ms, F_TEXT), ROW(sm_clock_start_mhz, F_REAL),
+  ROW(sm_clock_end_mhz, F_REAL), ROW(throttled, F_FLAG),
+  {"errors", F_ERRORS, 0}, {NULL, F_TEXT, 0},
 };
 
 #define ERR(name, type) {#name, type, offsetof(vsa_result_error, name)}

@@ -34,21 +34,24 @@
 // stub of the generated embedded.c: the schema comes from argv[1]
 
 static char schema_text[256 * 1024];
+static char upgrade2_text[64 * 1024];
 
 const vsa_embedded_file vsa_embedded[] = {
   {"schema", "sql", "@db/schema.sql", sizeof schema_text, schema_text},
+  {"upgrade_0002", "sql", "@db/upgrades/0002_measurement.sql",
+   sizeof upgrade2_text, upgrade2_text},
   {NULL, NULL, NULL, 0, NULL},
 };
 
 static int
-load_schema(const char *path)
+load_file(const char *path, char *schema_text, size_t cap)
 {
   FILE *f = fopen(path, "rb");
   if (!f) {
     fprintf(stderr, "test_db: cannot read %s: %s\n", path, strerror(errno));
     return -1;
   }
-  size_t n = fread(schema_text, 1, sizeof schema_text - 1, f);
+  size_t n = fread(schema_text, 1, cap - 1, f);
   int too_big = !feof(f);
   fclose(f);
   if (too_big || n == 0) {
@@ -57,6 +60,19 @@ load_schema(const char *path)
   }
   schema_text[n] = '\0';
   return 0;
+}
+
+/* db/schema.sql and db/upgrades/0002_measurement.sql beside it. */
+static int
+load_schema(const char *path)
+{
+  char up[4096];
+  const char *slash = strrchr(path, '/');
+  int dir = slash ? (int)(slash - path) : 0;
+  snprintf(up, sizeof up, "%.*s%supgrades/0002_measurement.sql", dir, path,
+           slash ? "/" : "");
+  if (load_file(path, schema_text, sizeof schema_text)) return -1;
+  return load_file(up, upgrade2_text, sizeof upgrade2_text);
 }
 
 // ----------------------------------------------------------------------------
@@ -422,6 +438,42 @@ static void
 test_refusals(void)
 {
   vsa_db *db = NULL;
+  /* Upgrade from schema version 1: rows kept, new columns present. */
+  {
+    const char *v1 = tmp("v1.db");
+    sqlite3 *h1 = NULL;
+    sqlite3_open(v1, &h1);
+    int e1 = sqlite3_exec(h1, schema_text, NULL, NULL, NULL);
+    e1 |= sqlite3_exec(h1, "PRAGMA user_version = 1;"
+                       "INSERT INTO run (script) VALUES ('old');"
+                       "INSERT INTO result (run_id, experiment, kernel, ms_median)"
+                       " VALUES (1, 'e', 'k', 1.5);", NULL, NULL, NULL);
+    sqlite3_close(h1);
+    check(e1 == 0, "a version-1 database made by hand", "%d", e1);
+    vsa_db *u = NULL;
+    int rc1 = vsa_db_open(&u, v1, 0);
+    check(rc1 == 0, "a version-1 database opens and upgrades", "%s", vsa_last_error());
+    if (rc1 == 0) {
+      sqlite3_stmt *q = NULL;
+      sqlite3_prepare_v2(vsa_db_handle(u),
+                         "SELECT (SELECT user_version FROM pragma_user_version),"
+                         " (SELECT count(*) FROM result WHERE ms_median = 1.5 AND ms_p20 IS NULL)",
+                         -1, &q, NULL);
+      int ok = q && sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) == 2 &&
+               sqlite3_column_int(q, 1) == 1;
+      sqlite3_finalize(q);
+      check(ok, "upgrade to version 2 keeps the old rows and adds the new columns", "%s",
+            sqlite3_errmsg(vsa_db_handle(u)));
+      int64_t rid = 0;
+      check(vsa_db_run_begin(u, &(vsa_run_info){.script = "new", .seed = VSA_DB_NULL,
+                                                 .pid = VSA_DB_NULL, .sm_count = VSA_DB_NULL,
+                                                 .device_index = VSA_DB_NULL,
+                                                 .dirty = VSA_DB_NULL}, &rid) == 0,
+            "the upgraded database takes new runs", "%s", vsa_last_error());
+      vsa_db_close(u);
+    }
+  }
+
   /* Newer schema version. */
   const char *path = tmp("newer.db");
   int rc = vsa_db_open(&db, path, 0);
