@@ -26,6 +26,9 @@
 #define VSA_VERSION "0.0.0"
 #endif
 #include "git_rev.h" /* generated at build time: VSA_GIT_REV */
+#ifndef VSA_NVCC_FLAGS
+#define VSA_NVCC_FLAGS "unknown"
+#endif
 
 static lua_State *signal_state;
 static volatile sig_atomic_t interrupted; /* set by SIGINT/SIGTERM */
@@ -82,6 +85,8 @@ open_core(lua_State *L)
   lua_setfield(L, -2, "version");
   lua_pushstring(L, VSA_GIT_REV);
   lua_setfield(L, -2, "git_rev");
+  lua_pushstring(L, VSA_NVCC_FLAGS);
+  lua_setfield(L, -2, "nvcc_flags");
   return 1;
 }
 
@@ -186,6 +191,14 @@ setup(lua_State *L)
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "args");
+  lua_newtable(L);
+  for (int i = 0; i < o->ncontext; i++) {
+    const char *eq = strchr(o->context[i], '=');
+    lua_pushlstring(L, o->context[i], (size_t)(eq - o->context[i]));
+    lua_pushstring(L, eq + 1);
+    lua_settable(L, -3);
+  }
+  lua_setfield(L, -2, "pairs");
   lua_pushinteger(L, (lua_Integer)getpid());
   lua_setfield(L, -2, "pid");
   char host[256] = "unknown";

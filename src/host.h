@@ -4,8 +4,12 @@
 
 #include <lua.h>
 
+#define VSA_MAX_CONTEXT 32
+
 typedef struct {
   const char *db_path;  /* results DB for this invocation */
+  const char *context[VSA_MAX_CONTEXT]; /* --context "key=value" pairs */
+  int ncontext;
   int device;           /* CUDA ordinal for new tensors */
   long long seed;       /* run seed, handed to scripts as vsalab.context.seed */
   const char *script;   /* script path, or NULL */

@@ -34,6 +34,7 @@ static const char usage[] =
     "  --db PATH     results database (default: results.db here)\n"
     "  --device N    CUDA device for new tensors (default: 0)\n"
     "  --seed N      run seed handed to the script, in [0, 2^48] (default: 1234)\n"
+    "  --context K=V a key=value pair recorded with the run (repeatable)\n"
     "\n"
     "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
     "The `vsalab` module is loaded as a global; README.md documents its API.\n";
@@ -59,7 +60,8 @@ cmd_run(int argc, char **argv)
       i++;
       break;
     }
-    if (strcmp(opt, "--db") && strcmp(opt, "--device") && strcmp(opt, "--seed")) {
+    if (strcmp(opt, "--db") && strcmp(opt, "--device") && strcmp(opt, "--seed") &&
+        strcmp(opt, "--context")) {
       fprintf(stderr, "vsalab: unknown option %s (see vsalab help)\n", opt);
       return 2;
     }
@@ -69,7 +71,14 @@ cmd_run(int argc, char **argv)
     }
     const char *val = argv[++i];
     long long n;
-    if (strcmp(opt, "--db") == 0) {
+    if (strcmp(opt, "--context") == 0) {
+      if (!strchr(val, '=') || val[0] == '=' || o.ncontext >= VSA_MAX_CONTEXT) {
+        fprintf(stderr, "vsalab: --context expects key=value (at most %d), got '%s'\n",
+                VSA_MAX_CONTEXT, val);
+        return 2;
+      }
+      o.context[o.ncontext++] = val;
+    } else if (strcmp(opt, "--db") == 0) {
       if (!*val) {
         fprintf(stderr, "vsalab: --db expects a path\n");
         return 2;

@@ -60,6 +60,8 @@ end
 local function timing(row, st)
   row.ms_median, row.ms_min, row.ms_max = st.median, st.min, st.max
   row.spread, row.samples = st.spread, st.samples
+  row.ms_p20, row.ms_p80, row.rel_stddev = st.p20, st.p80, st.rel_stddev
+  row.mode = st.mode or "hot"
 end
 
 -- Problem seed of a point: low 20 bits of the run seed, then low 20 bits of
@@ -130,7 +132,8 @@ function M.run_config(e, i, c, device, seed, rows, n)
     row.kernel = "invert"
     timing(row, st)
     row.note = "q2k -> k2q inversion, deterministic"
-    row.extra = {seed = p.seed, point_hash = hash}
+    row.extra = {seed = p.seed}
+    row.point_hash = hash
     row.id = run.log(row)
     rows[#rows + 1] = row
 
@@ -174,7 +177,8 @@ function M.run_config(e, i, c, device, seed, rows, n)
         r.errors = res.errors
         r.note = res.what
         r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
-          clock = bst.clock, seed = p.seed, point_hash = hash}
+          clock = bst.clock, seed = p.seed}
+        r.point_hash = hash
         r.id = run.log(r)
         rows[#rows + 1] = r
         for _, t in pairs(outs) do t:free() end

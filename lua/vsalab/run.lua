@@ -27,7 +27,11 @@ function M.environment()
     git_rev = core.git_rev, vsalab_version = core.version,
     runtime_version = core.runtime_version(),
     device_index = ctx.device,
+    cuda_visible_devices = os.getenv("CUDA_VISIBLE_DEVICES"),
+    nvcc_flags = core.nvcc_flags,
+    dirty = (core.git_rev or ""):match("%-dirty$") and 1 or 0,
   }
+  if ctx.pairs and next(ctx.pairs) then env.context = json.encode(ctx.pairs) end
   local ok, avail = pcall(core.cuda_available)
   if ok and avail then
     local d = core.device_info()
