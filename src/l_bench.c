@@ -1,11 +1,12 @@
 /* l_bench.c — timing and device queries for Lua: vsalab.bench_raw,
  * vsalab.device_info, vsalab.synchronize.
  *
- * bench_raw(fn, {warmup=, repeats=, clock=}) calls fn warmup times, then
- * `repeats` times with a CUDA event pair around each call (clock='cuda',
- * the default when a device is usable) or the host monotonic clock
- * (clock='host'), synchronizing after each sample. It returns the samples
- * in milliseconds; lua/vsalab/bench.lua turns them into statistics.
+ * bench_raw calls fn warmup times, then takes samples with a CUDA event pair
+ * around each call (clock='cuda', the default when a device is usable) or
+ * the host monotonic clock, synchronizing after each, until a fixed count or
+ * nvbench's stopping rule (noise target, minimum samples and time, time cap)
+ * is met; the loop is in C, never a Lua loop around launches.
+ * lua/vsalab/bench.lua turns the samples into statistics.
  */
 #include <math.h>
 #include <stdio.h>
@@ -63,7 +64,68 @@ l_events_gc(lua_State *L)
   return 0;
 }
 
-/* vsalab.bench_raw(fn, opts) -> {ms...}, clock name */
+/* Relative standard deviation of n samples (0 for n < 2). */
+static double
+rel_stddev(const double *x, int n)
+{
+  if (n < 2) return 0;
+  double mean = 0, var = 0;
+  for (int i = 0; i < n; i++) mean += x[i];
+  mean /= n;
+  for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+  var /= (n - 1);
+  return mean > 0 ? sqrt(var) / mean : 0;
+}
+
+/* One L2-sized buffer per process, rewritten before each cold sample. */
+static void *l2_buffer;
+static size_t l2_bytes;
+
+static int
+flush_l2(lua_State *L)
+{
+  if (!l2_buffer) {
+    int dev = vsa_lua_current_device(), bytes = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev);
+    if (e == cudaSuccess) {
+      l2_bytes = 2 * (size_t)(bytes > 0 ? bytes : 64 << 20);
+      e = cudaMalloc(&l2_buffer, l2_bytes);
+    }
+    if (e != cudaSuccess) {
+      vsa_fail_cuda(e, "L2 flush buffer", __FILE__, __LINE__);
+      return vsa_lua_raise(L);
+    }
+  }
+  static unsigned char byte;
+  cudaError_t e = cudaMemsetAsync(l2_buffer, byte++, l2_bytes, 0);
+  if (e != cudaSuccess) {
+    vsa_fail_cuda(e, "L2 flush", __FILE__, __LINE__);
+    return vsa_lua_raise(L);
+  }
+  return 0;
+}
+
+static double
+opt_real(lua_State *L, int idx, const char *k, double def, double lo, double hi)
+{
+  lua_getfield(L, idx, k);
+  double v = def;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= lo && lua_tonumber(L, -1) <= hi))
+      vsa_lua_errorf(L, "bench: field '%s' must be a number in [%g, %g]", k, lo, hi);
+    v = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+/* vsalab.bench_raw(fn, opts) -> {ms...}, clock, stop reason.
+ * opts: mode='hot' (back-to-back) or 'cold' (an L2-sized buffer rewritten
+ * before every sample, outside the timed region); warmup=3; repeats=N (a
+ * fixed count) or the adaptive rule with nvbench's defaults: at least
+ * min_samples=10 samples and min_time=0.5 s of samples, then stop once the
+ * relative standard deviation is <= max_noise=0.005, or at max_time=15 s,
+ * or at max_samples=100000; clock='cuda'|'host'. */
 static int
 l_bench_raw(lua_State *L)
 {
@@ -71,16 +133,37 @@ l_bench_raw(lua_State *L)
   if (lua_isnoneornil(L, 2)) lua_newtable(L);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
+  static const char *const keys[] = {"warmup", "repeats", "clock", "keep_samples",
+    "mode", "min_samples", "max_samples", "max_noise", "min_time", "max_time", NULL};
   lua_pushnil(L);
   while (lua_next(L, 2) != 0) {
     lua_pop(L, 1);
     const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "?";
-    if (strcmp(k, "warmup") && strcmp(k, "repeats") && strcmp(k, "clock") &&
-        strcmp(k, "keep_samples"))
-      return vsa_lua_errorf(L, "bench: unknown option '%s' (takes warmup, repeats, clock, keep_samples)", k);
+    int ok = 0;
+    for (int i = 0; keys[i]; i++) ok |= strcmp(k, keys[i]) == 0;
+    if (!ok)
+      return vsa_lua_errorf(L, "bench: unknown option '%s' (takes warmup, repeats, clock, "
+                               "keep_samples, mode, min_samples, max_samples, max_noise, "
+                               "min_time, max_time)", k);
   }
   int warmup = opt_count(L, 2, "warmup", 3, 0, 1000000);
-  int repeats = opt_count(L, 2, "repeats", 20, 1, 1000000);
+  lua_getfield(L, 2, "repeats");
+  int fixed = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  int repeats = opt_count(L, 2, "repeats", 0, 1, 1000000);
+  int min_samples = opt_count(L, 2, "min_samples", 10, 1, 1000000);
+  int max_samples = opt_count(L, 2, "max_samples", 100000, 1, 10000000);
+  double max_noise = opt_real(L, 2, "max_noise", 0.005, 0, 1e9);
+  double min_time_ms = 1e3 * opt_real(L, 2, "min_time", 0.5, 0, 1e6);
+  double max_time_ms = 1e3 * opt_real(L, 2, "max_time", 15, 0, 1e6);
+  if (max_samples < min_samples) max_samples = min_samples;
+  lua_getfield(L, 2, "mode");
+  const char *mode = lua_isnil(L, -1) ? "hot" : lua_tostring(L, -1);
+  if (!mode || (strcmp(mode, "hot") && strcmp(mode, "cold")))
+    return vsa_lua_errorf(L, "bench: field 'mode' must be 'hot' or 'cold' "
+                             "('graph' replay is not available yet)");
+  int cold = strcmp(mode, "cold") == 0;
+  lua_pop(L, 1);
   lua_getfield(L, 2, "clock");
   const char *clock = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1);
   int use_cuda;
@@ -96,13 +179,18 @@ l_bench_raw(lua_State *L)
     return vsa_lua_errorf(L, "bench: field 'clock' must be 'cuda' or 'host'");
   }
   lua_pop(L, 1);
-  /* Events live in a userdata with __gc so an error in fn cannot leak them. */
+  if (cold && !use_cuda)
+    return vsa_lua_errorf(L, "bench: mode 'cold' needs the cuda clock (it flushes the GPU's L2)");
+  /* Events and the sample array live in userdata, so an error in fn leaks
+   * nothing. */
   event_pair *ev = lua_newuserdata(L, sizeof *ev);
   memset(ev, 0, sizeof *ev);
   lua_newtable(L);
   lua_pushcfunction(L, l_events_gc);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, -2);
+  int cap = fixed ? repeats : max_samples;
+  double *x = lua_newuserdata(L, sizeof(double) * (size_t)cap);
   if (use_cuda) {
     vsa_lua_require_cuda(L);
     cudaError_t e = cudaEventCreate(&ev->start);
@@ -120,10 +208,29 @@ l_bench_raw(lua_State *L)
       return vsa_lua_raise(L);
     }
   }
-  lua_createtable(L, repeats, 0);
-  for (int i = 0; i < repeats; i++) {
+  const char *reason = "repeats";
+  double total = 0, wall0 = host_ms();
+  int n = 0;
+  for (;;) {
+    if (fixed && n >= repeats) break;
+    if (!fixed) {
+      double wall = host_ms() - wall0;
+      if (n >= min_samples && total >= min_time_ms && rel_stddev(x, n) <= max_noise) {
+        reason = "noise";
+        break;
+      }
+      if (n >= min_samples && wall >= max_time_ms) {
+        reason = "max_time";
+        break;
+      }
+      if (n >= max_samples) {
+        reason = "max_samples";
+        break;
+      }
+    }
     double ms;
     if (use_cuda) {
+      if (cold) flush_l2(L);
       cudaEventRecord(ev->start, 0);
       call_fn(L);
       cudaEventRecord(ev->stop, 0);
@@ -140,11 +247,17 @@ l_bench_raw(lua_State *L)
       call_fn(L);
       ms = host_ms() - t0;
     }
-    lua_pushnumber(L, ms);
+    x[n++] = ms;
+    total += ms;
+  }
+  lua_createtable(L, n, 0);
+  for (int i = 0; i < n; i++) {
+    lua_pushnumber(L, x[i]);
     lua_rawseti(L, -2, i + 1);
   }
   lua_pushstring(L, use_cuda ? "cuda" : "host");
-  return 2;
+  lua_pushstring(L, reason);
+  return 3;
 }
 
 /* vsalab.synchronize(): wait for the device; raises a pending CUDA error. */

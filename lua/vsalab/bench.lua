@@ -1,9 +1,13 @@
 -- Timing statistics and the TFLOPS convention.
 --
--- bench(fn, {warmup=3, repeats=20, clock='cuda'|'host', keep_samples=false})
--- times fn with a CUDA event pair around each call (C: vsalab.bench_raw) and
--- returns {median, min, max, mean, stddev, rel_stddev, p20, p80, spread,
--- samples, clock} in milliseconds; spread = (max - min) / median.
+-- bench(fn, {mode='hot'|'cold', warmup=3, repeats=N | min_samples=10,
+--   max_noise=0.005, min_time=0.5, max_time=15, max_samples=, clock=,
+--   keep_samples=false}) times fn with a CUDA event pair around each call
+-- (C: vsalab.bench_raw): a fixed count with repeats, else until the relative
+-- standard deviation reaches max_noise (nvbench's defaults). 'cold' rewrites
+-- an L2-sized buffer before every sample. Returns {median, min, max, mean,
+-- stddev, rel_stddev, p20, p80, spread, samples, clock, mode, stop} in
+-- milliseconds; spread = (max - min) / median, stop = why sampling ended.
 -- TFLOPS on selected blocks: 10·64·64·D flops per selected (q block,
 -- kv block) pair — the 5 GEMMs of a backward at 2·64·64·D flops each — as
 -- ../shared/ANCHORS.md counts them.
@@ -44,9 +48,10 @@ end
 function M.bench(fn, opts)
   opts = opts or {}
   assert(type(fn) == "function", "bench: fn must be a function")
-  local samples, clock = core.bench_raw(fn, opts)
+  local samples, clock, reason = core.bench_raw(fn, opts)
   local st = M.stats(samples)
-  st.clock = clock
+  st.clock, st.stop = clock, reason
+  st.mode = opts.mode or "hot"
   if opts.keep_samples then st.times = samples end
   return st
 end
