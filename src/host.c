@@ -306,3 +306,9 @@ vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv)
   lua_pop(L, 2);
   return rc;
 }
+
+int
+vsa_host_finish(lua_State *L, const char *status, const char *err)
+{
+  return finish_run(L, status, err);
+}

@@ -34,4 +34,7 @@ int vsa_host_run_script(lua_State *L, const vsa_host_options *opts);
  * stderr if it raises). */
 int vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv);
 
+/* Close the run row (if one was begun) with status and error text. */
+int vsa_host_finish(lua_State *L, const char *status, const char *err);
+
 #endif

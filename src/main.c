@@ -27,6 +27,8 @@ static const char usage[] =
     "  vsalab compare [--db PATH] A B         speed and error verdicts per point of\n"
     "                                         two runs (ids, latest, latest~N, a\n"
     "                                         revision); exit 1 on SLOW/NEW FAIL\n"
+    "  vsalab rerun [--db PATH] ROW           measure a result row's point again\n"
+    "                                         with the same inputs (a new run)\n"
     "  vsalab --version                       print the version\n"
     "  vsalab help                            print this text\n"
     "\n"
@@ -126,11 +128,19 @@ main(int argc, char **argv)
     return 0;
   }
   if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);
-  if (strcmp(argv[1], "compare") == 0) {
+  if (strcmp(argv[1], "compare") == 0 || strcmp(argv[1], "rerun") == 0) {
+    /* Commands written in Lua: lua/vsalab/<command>.lua's main(args). */
     vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 0};
+    int rerun = strcmp(argv[1], "rerun") == 0;
+    /* rerun logs a new run: into the --db it reads from. */
+    for (int i = 2; rerun && i + 1 < argc; i++)
+      if (strcmp(argv[i], "--db") == 0) o.db_path = argv[i + 1];
     lua_State *L = vsa_host_new(&o);
     if (!L) return 1;
-    int rc = vsa_host_run_module(L, "vsalab.compare", argc - 2, argv + 2);
+    char module[32];
+    snprintf(module, sizeof module, "vsalab.%s", argv[1]);
+    int rc = vsa_host_run_module(L, module, argc - 2, argv + 2);
+    if (rerun && rc == 0) vsa_host_finish(L, "finished", NULL);
     lua_close(L);
     return rc;
   }

@@ -88,7 +88,14 @@ function M.run(e)
   local seed = e.seed or 1
   local rows = {}
   local n = #e.configs
+  local started = os.time()
+  e.eta = function(i) -- "ETA 3m12s" from the time the finished points took
+    if i <= 0 then return "" end
+    local left = (os.time() - started) / i * (n - i)
+    return string.format(", ETA %dm%02ds", math.floor(left / 60), math.floor(left % 60))
+  end
   for i, c in ipairs(e.configs) do
+    if e.only_kernel then c.only_kernel = e.only_kernel end
     local ok, err = pcall(M.run_config, e, i, c, device, seed, rows, n)
     if not ok then
       -- Out of memory at one point: log it as skipped and go on. Anything
@@ -111,14 +118,22 @@ function M.run(e)
   return rows
 end
 
+-- The fields of config c that define the point (what its hash covers).
+function M.point_of(c)
+  local meta = {skip = true, hash = true, skipped = true, only_kernel = true}
+  local pt = {}
+  for k, v in pairs(c) do if not meta[k] then pt[k] = v end end
+  return pt
+end
+
 -- One configuration of run(): build, invert (timed), every backend.
 function M.run_config(e, i, c, device, seed, rows, n)
   do
     local t0 = os.time()
     report.progress(i - 1, n, "building inputs " .. (c.label or ""))
-    local hash = c.hash or require("vsalab.sweep").hash(c)
+    local hash = c.hash or require("vsalab.sweep").hash(M.point_of(c))
     local spec = {device = device, seed = M.point_seed(seed, hash)}
-    local meta = {skip = true, hash = true, label = true, skipped = true}
+    local meta = {skip = true, hash = true, label = true, skipped = true, only_kernel = true}
     for k, v in pairs(c) do if not meta[k] then spec[k] = v end end
     local p = problem.build(spec)
     local label = shape_of(c, p)
@@ -132,13 +147,13 @@ function M.run_config(e, i, c, device, seed, rows, n)
     row.kernel = "invert"
     timing(row, st)
     row.note = "q2k -> k2q inversion, deterministic"
-    row.extra = {seed = p.seed}
+    row.extra = {seed = p.seed, point = M.point_of(c)}
     row.point_hash = hash
     row.id = run.log(row)
     rows[#rows + 1] = row
 
     for _, b in ipairs(backends.available(device, p)) do
-      if not (c.skip and c.skip[b.name]) then
+      if not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name) then
         report.progress(i - 1, n, label .. ": " .. b.name .. " backward")
         -- The checked outputs come from a call into fresh NaN-poisoned buffers.
         -- With b.timed, timing then reruns the kernel into those buffers
@@ -155,7 +170,8 @@ function M.run_config(e, i, c, device, seed, rows, n)
             outs = {dq = dq, dk = dk, dv = dv}
           end, b.bench_opts)
         end
-        report.progress(i - 1, n, label .. ": checking " .. b.name)
+        report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %.2g%% (%d samples, %s)%s; checking",
+          label, b.name, bst.median, 100 * bst.rel_stddev, bst.samples, bst.stop or "-", e.eta(i - 1)))
         local res
         if e.check == "full" then
           local ref = core.oracle{q = p.q, k = p.k, v = p.v, dO = p.dO,
@@ -177,10 +193,12 @@ function M.run_config(e, i, c, device, seed, rows, n)
         r.errors = res.errors
         r.note = res.what
         r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
-          clock = bst.clock, seed = p.seed}
+          clock = bst.clock, seed = p.seed, point = M.point_of(c), stop = bst.stop}
         r.point_hash = hash
         r.id = run.log(r)
         rows[#rows + 1] = r
+        report.progress(i - 1, n, string.format("%s: %s check %s%s", label, b.name,
+          res.passed and "pass" or "FAIL", e.eta(i - 1)))
         for _, t in pairs(outs) do t:free() end
       end
     end
