@@ -16,6 +16,7 @@
 #include "check.h"
 #include "device.h"
 #include "lua_api.h"
+#include "nvml.h"
 
 static double
 host_ms(void)
@@ -318,6 +319,33 @@ l_device_info(lua_State *L)
   return 1;
 }
 
+/* vsalab.gpu_clocks([n]) -> {sm_mhz, reasons, throttled} or nil, why:
+ * the current SM clock and NVML's clock-event reasons (throttled = a power,
+ * thermal or hardware slowdown is active). NVML is optional. */
+static int
+l_gpu_clocks(lua_State *L)
+{
+  int n;
+  if (vsa_device_count(&n) != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, vsa_last_error());
+    return 2;
+  }
+  int dev = (int)luaL_optinteger(L, 1, vsa_lua_current_device());
+  vsa_gpu_clocks c;
+  if (dev < 0 || dev >= n || vsa_nvml_clocks(dev, &c) != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, dev < 0 || dev >= n ? "no such device" : vsa_last_error());
+    return 2;
+  }
+  lua_newtable(L);
+  set_num(L, "sm_mhz", c.sm_mhz);
+  set_num(L, "reasons", (double)c.reasons);
+  lua_pushboolean(L, c.throttled);
+  lua_setfield(L, -2, "throttled");
+  return 1;
+}
+
 /* vsalab.runtime_version() -> "13.0" (no GPU needed) */
 static int
 l_runtime_version(lua_State *L)
@@ -331,6 +359,7 @@ l_runtime_version(lua_State *L)
 static const luaL_Reg functions[] = {
     {"bench_raw", l_bench_raw}, {"synchronize", l_synchronize},
     {"device_info", l_device_info}, {"runtime_version", l_runtime_version},
+    {"gpu_clocks", l_gpu_clocks},
     {NULL, NULL}};
 
 void

@@ -159,6 +159,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
         -- With b.timed, timing then reruns the kernel into those buffers
         -- (kernel only); otherwise the timed calls themselves are checked.
         local outs, bst
+        local clk0 = device ~= "cpu" and core.gpu_clocks() or nil
         if b.timed then
           local dq, dk, dv = b.run(p)
           outs = {dq = dq, dk = dk, dv = dv}
@@ -170,6 +171,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
             outs = {dq = dq, dk = dk, dv = dv}
           end, b.bench_opts)
         end
+        local clk1 = device ~= "cpu" and core.gpu_clocks() or nil
         report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %.2g%% (%d samples, %s)%s; checking",
           label, b.name, bst.median, 100 * bst.rel_stddev, bst.samples, bst.stop or "-", e.eta(i - 1)))
         local res
@@ -195,6 +197,10 @@ function M.run_config(e, i, c, device, seed, rows, n)
         r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
           clock = bst.clock, seed = p.seed, point = M.point_of(c), stop = bst.stop}
         r.point_hash = hash
+        -- SM clock around the point and throttling (NVML, when present).
+        r.sm_clock_start_mhz = clk0 and clk0.sm_mhz or nil
+        r.sm_clock_end_mhz = clk1 and clk1.sm_mhz or nil
+        if clk0 and clk1 then r.throttled = (clk0.throttled or clk1.throttled) and 1 or 0 end
         r.id = run.log(r)
         rows[#rows + 1] = r
         report.progress(i - 1, n, string.format("%s: %s check %s%s", label, b.name,
