@@ -27,6 +27,9 @@ static const char usage[] =
     "  vsalab compare [--db PATH] A B         speed and error verdicts per point of\n"
     "                                         two runs (ids, latest, latest~N, a\n"
     "                                         revision); exit 1 on SLOW/NEW FAIL\n"
+    "  vsalab runs [--db PATH] [--format F]   list runs (F: table csv json markdown)\n"
+    "  vsalab show [--db PATH] [--format F] RUN   a run's environment and rows\n"
+    "  vsalab query [--db PATH] [--format F] \"SQL\" [values]   any read-only SQL\n"
     "  vsalab rerun [--db PATH] ROW           measure a result row's point again\n"
     "                                         with the same inputs (a new run)\n"
     "  vsalab --version                       print the version\n"
@@ -128,6 +131,17 @@ main(int argc, char **argv)
     return 0;
   }
   if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);
+  if (strcmp(argv[1], "runs") == 0 || strcmp(argv[1], "show") == 0 ||
+      strcmp(argv[1], "query") == 0) {
+    /* Read-only result commands (lua/vsalab/query.lua): the command name
+     * goes first. */
+    vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 0};
+    lua_State *L = vsa_host_new(&o);
+    if (!L) return 1;
+    int rc = vsa_host_run_module(L, "vsalab.query", argc - 1, argv + 1);
+    lua_close(L);
+    return rc;
+  }
   if (strcmp(argv[1], "compare") == 0 || strcmp(argv[1], "rerun") == 0) {
     /* Commands written in Lua: lua/vsalab/<command>.lua's main(args). */
     vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 0};

@@ -3,6 +3,9 @@
 -- stable). NaN and infinities become null.
 local M = {}
 
+-- A value that encodes as null inside arrays and objects.
+M.null = setmetatable({}, {__tostring = function() return "null" end})
+
 local escapes = {['"'] = '\\"', ['\\'] = '\\\\', ['\b'] = '\\b',
   ['\f'] = '\\f', ['\n'] = '\\n', ['\r'] = '\\r', ['\t'] = '\\t'}
 
@@ -15,7 +18,7 @@ end
 local function encode(v, depth)
   if depth > 32 then error("json: nesting deeper than 32", 0) end
   local t = type(v)
-  if t == "nil" then return "null" end
+  if t == "nil" or v == M.null then return "null" end
   if t == "boolean" then return tostring(v) end
   if t == "number" then
     if v ~= v or v == math.huge or v == -math.huge then return "null" end

@@ -97,6 +97,7 @@ function M.main(argv)
     return 2
   end
   local exp = require "vsalab.experiment"
+  package.loaded.vsalab.context.script = "rerun of row " .. row_id
   local device = extra.point.device or ((r.kernel == "reference" and extra.clock == "host") and "cpu" or "cuda")
   io.stderr:write(string.format("rerun of row %d: %s %s, run seed %s, point %s\n", row_id,
     r.experiment, r.kernel, tostring(r.run_seed), tostring(r.point_hash)))

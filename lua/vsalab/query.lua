@@ -1,0 +1,164 @@
+-- Reading results: `vsalab runs`, `vsalab show RUN`, `vsalab query "SQL"`.
+--
+--   vsalab runs  [--db PATH] [--format table|csv|json|markdown] [--limit N]
+--   vsalab show  [--db PATH] [--format ...] RUN      (id, latest, latest~N, revision)
+--   vsalab query [--db PATH] [--format ...] "SQL" [values...]
+--
+-- The DB is opened read-only. Tables print aligned; csv quotes per RFC 4180;
+-- json is an array of row objects; markdown is a pipe table.
+local core = require "vsalab.core"
+local json = require "vsalab.json"
+
+local M = {}
+
+local function cell(v)
+  if v == nil then return "" end
+  if type(v) == "number" then
+    if v == math.floor(v) and math.abs(v) < 1e15 then return string.format("%d", v) end
+    return string.format("%.6g", v)
+  end
+  return tostring(v)
+end
+
+-- Print rows (array of tables) with columns cols in one of the formats.
+function M.print_rows(rows, cols, format, out)
+  out = out or io.stdout
+  if format == "json" then
+    local t = {}
+    for i, r in ipairs(rows) do
+      local o = {}
+      for _, c in ipairs(cols) do o[c] = r[c] == nil and json.null or r[c] end
+      t[i] = o
+    end
+    out:write(#t == 0 and "[]" or json.encode(t), "\n")
+    return
+  end
+  if format == "csv" then
+    local function q(s)
+      if s:find('[,"\n\r]') then return '"' .. s:gsub('"', '""') .. '"' end
+      return s
+    end
+    local head = {}
+    for i, c in ipairs(cols) do head[i] = q(c) end
+    out:write(table.concat(head, ","), "\n")
+    for _, r in ipairs(rows) do
+      local line = {}
+      for i, c in ipairs(cols) do line[i] = q(cell(r[c])) end
+      out:write(table.concat(line, ","), "\n")
+    end
+    return
+  end
+  local widths = {}
+  for i, c in ipairs(cols) do widths[i] = #c end
+  local cells = {}
+  for k, r in ipairs(rows) do
+    cells[k] = {}
+    for i, c in ipairs(cols) do
+      local s = cell(r[c]):gsub("[\n\r]", " ")
+      if format == "markdown" then s = s:gsub("|", "\\|") end
+      cells[k][i] = s
+      if #s > widths[i] then widths[i] = #s end
+    end
+  end
+  local function line(vals, sep, edge)
+    local parts = {}
+    for i, v in ipairs(vals) do parts[i] = v .. string.rep(" ", widths[i] - #v) end
+    out:write(edge, table.concat(parts, sep), edge == "" and "" or " |", "\n")
+  end
+  local rule = {}
+  for i = 1, #cols do rule[i] = string.rep("-", widths[i]) end
+  if format == "markdown" then
+    line(cols, " | ", "| ")
+    line(rule, " | ", "| ")
+    for _, c in ipairs(cells) do line(c, " | ", "| ") end
+  else
+    line(cols, "  ", "")
+    line(rule, "  ", "")
+    for _, c in ipairs(cells) do line(c, "  ", "") end
+  end
+end
+
+local formats = {table = true, csv = true, json = true, markdown = true}
+
+local function parse(argv, usage)
+  local o = {db = package.loaded.vsalab.context.db_path or "results.db", format = "table", rest = {}}
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--db" or a == "--format" or a == "--limit" then
+      local v = argv[i + 1]
+      if not v then error(a .. " needs a value\n" .. usage, 0) end
+      if a == "--format" and not formats[v] then error("--format must be table, csv, json or markdown", 0) end
+      if a == "--limit" and not (tonumber(v) and tonumber(v) >= 1) then error("--limit expects a positive integer", 0) end
+      o[a:sub(3)] = v
+      i = i + 2
+    else
+      o.rest[#o.rest + 1] = a
+      i = i + 1
+    end
+  end
+  return o
+end
+
+local function columns_of(rows, preferred)
+  if preferred then return preferred end
+  local cols, seen = {}, {}
+  for _, r in ipairs(rows) do
+    for k in pairs(r) do if not seen[k] then seen[k] = true; cols[#cols + 1] = k end end
+  end
+  table.sort(cols)
+  return cols
+end
+
+local usage = {
+  runs = "usage: vsalab runs [--db PATH] [--format table|csv|json|markdown] [--limit N]",
+  show = "usage: vsalab show [--db PATH] [--format ...] RUN",
+  query = "usage: vsalab query [--db PATH] [--format ...] \"SQL\" [values...]",
+}
+
+function M.main(argv)
+  local cmd = table.remove(argv, 1)
+  local ok, o = pcall(parse, argv, usage[cmd])
+  if not ok then io.stderr:write("vsalab ", cmd, ": ", tostring(o), "\n"); return 2 end
+  local okdb, db = pcall(core.db_open, o.db, {readonly = true})
+  if not okdb then io.stderr:write("vsalab ", cmd, ": ", tostring(db), "\n"); return 2 end
+  local function fail(msg, code) db:close(); io.stderr:write("vsalab ", cmd, ": ", msg, "\n"); return code or 2 end
+  if cmd == "runs" then
+    if #o.rest > 0 then return fail(usage.runs) end
+    local rows = db:q([[SELECT r.id, r.status, r.started_at, r.ended_at, r.script, r.git_rev,
+        r.gpu_name, (SELECT count(*) FROM result WHERE run_id = r.id) AS rows
+      FROM run r ORDER BY r.id DESC LIMIT ?]], tonumber(o.limit or 50))
+    M.print_rows(rows, {"id", "status", "started_at", "ended_at", "script", "git_rev", "gpu_name", "rows"}, o.format)
+  elseif cmd == "show" then
+    if #o.rest ~= 1 then return fail(usage.show) end
+    local okr, id = pcall(require("vsalab.compare").resolve, db, o.rest[1])
+    if not okr then return fail(tostring(id)) end
+    local run = db:q("SELECT * FROM run WHERE id = ?", id)[1]
+    if o.format == "table" then
+      print(string.format("run %d  %s  %s  %s → %s", run.id, run.status, tostring(run.script),
+        tostring(run.started_at), tostring(run.ended_at or "-")))
+      print(string.format("  %s (cc %s, %s SMs), driver %s, runtime %s, rev %s, seed %s",
+        tostring(run.gpu_name), tostring(run.gpu_cc), tostring(run.sm_count), tostring(run.driver_version),
+        tostring(run.runtime_version), tostring(run.git_rev), tostring(run.seed)))
+      if run.error then print("  error: " .. run.error:gsub("\n.*", "")) end
+    end
+    local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ms_median,
+        tflops, passed, worst_output, worst_rel_l2 FROM result_summary WHERE run_id = ? ORDER BY id]], id)
+    M.print_rows(rows, {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk",
+      "ms_median", "tflops", "passed", "worst_output", "worst_rel_l2"}, o.format)
+  elseif cmd == "query" then
+    if #o.rest < 1 then return fail(usage.query) end
+    local sql = table.remove(o.rest, 1)
+    local vals = {}
+    for i, v in ipairs(o.rest) do vals[i] = tonumber(v) or v end
+    local okq, rows = pcall(db.q, db, sql, unpack(vals))
+    if not okq then return fail(tostring(rows), 1) end
+    M.print_rows(rows, columns_of(rows), o.format)
+  else
+    return fail("unknown command")
+  end
+  db:close()
+  return 0
+end
+
+return M
