@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@
 
 static lua_State *signal_state;
 static volatile sig_atomic_t interrupted; /* set by SIGINT/SIGTERM */
+static volatile sig_atomic_t timed_out;   /* set by the point timer */
 static struct timespec first_signal;
 
 // ----------------------------------------------------------------------------
@@ -42,7 +44,38 @@ interrupt_hook(lua_State *L, lua_Debug *ar)
 {
   (void)ar;
   lua_sethook(L, NULL, 0, 0);
+  if (timed_out && !interrupted) {
+    timed_out = 0;
+    luaL_error(L, "point timeout!");
+  }
   luaL_error(L, "interrupted!");
+}
+
+/* The point timer ran out: raise "point timeout!" at the next Lua
+ * instruction (a long C call finishes first). */
+static void
+on_alarm(int sig)
+{
+  (void)sig;
+  timed_out = 1;
+  if (signal_state)
+    lua_sethook(signal_state, interrupt_hook,
+                LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* vsalab.set_point_timeout(seconds): arm (0: disarm) the timer behind
+ * --point-timeout; experiments arm it around each point. */
+static int
+l_set_point_timeout(lua_State *L)
+{
+  double t = luaL_checknumber(L, 1);
+  if (!(t >= 0 && t < 1e7)) return luaL_error(L, "set_point_timeout: seconds must be in [0, 1e7)");
+  struct itimerval it = {{0, 0}, {(time_t)t, (suseconds_t)((t - (time_t)t) * 1e6)}};
+  if (t > 0 && it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0) it.it_value.tv_usec = 1;
+  timed_out = 0;
+  signal(SIGALRM, on_alarm);
+  setitimer(ITIMER_REAL, &it, NULL);
+  return 0;
 }
 
 /* First SIGINT/SIGTERM: raise "interrupted!" at the next Lua instruction,
@@ -87,6 +120,8 @@ open_core(lua_State *L)
   lua_setfield(L, -2, "git_rev");
   lua_pushstring(L, VSA_NVCC_FLAGS);
   lua_setfield(L, -2, "nvcc_flags");
+  lua_pushcfunction(L, l_set_point_timeout);
+  lua_setfield(L, -2, "set_point_timeout");
   return 1;
 }
 
@@ -199,6 +234,14 @@ setup(lua_State *L)
     lua_settable(L, -3);
   }
   lua_setfield(L, -2, "pairs");
+  if (o->resume > 0) {
+    lua_pushnumber(L, (lua_Number)o->resume);
+    lua_setfield(L, -2, "resume");
+  }
+  if (o->point_timeout > 0) {
+    lua_pushnumber(L, o->point_timeout);
+    lua_setfield(L, -2, "point_timeout");
+  }
   lua_pushinteger(L, (lua_Integer)getpid());
   lua_setfield(L, -2, "pid");
   char host[256] = "unknown";

@@ -10,6 +10,8 @@ typedef struct {
   const char *db_path;  /* results DB for this invocation */
   const char *context[VSA_MAX_CONTEXT]; /* --context "key=value" pairs */
   int ncontext;
+  long long resume;     /* --resume RUN: continue that run (0: a new run) */
+  double point_timeout; /* --point-timeout seconds (0: none) */
   int device;           /* CUDA ordinal for new tensors */
   long long seed;       /* run seed, handed to scripts as vsalab.context.seed */
   const char *script;   /* script path, or NULL */

@@ -40,6 +40,8 @@ static const char usage[] =
     "  --device N    CUDA device for new tensors (default: 0)\n"
     "  --seed N      run seed handed to the script, in [0, 2^48] (default: 1234)\n"
     "  --context K=V a key=value pair recorded with the run (repeatable)\n"
+    "  --resume RUN  continue run RUN: points it already measured are skipped\n"
+    "  --point-timeout S  give up a sweep point after S seconds (row skipped)\n"
     "\n"
     "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
     "The `vsalab` module is loaded as a global; README.md documents its API.\n";
@@ -66,7 +68,8 @@ cmd_run(int argc, char **argv)
       break;
     }
     if (strcmp(opt, "--db") && strcmp(opt, "--device") && strcmp(opt, "--seed") &&
-        strcmp(opt, "--context")) {
+        strcmp(opt, "--context") && strcmp(opt, "--resume") &&
+        strcmp(opt, "--point-timeout")) {
       fprintf(stderr, "vsalab: unknown option %s (see vsalab help)\n", opt);
       return 2;
     }
@@ -76,7 +79,21 @@ cmd_run(int argc, char **argv)
     }
     const char *val = argv[++i];
     long long n;
-    if (strcmp(opt, "--context") == 0) {
+    if (strcmp(opt, "--resume") == 0) {
+      if (parse_long(val, 1, &n) != 0) {
+        fprintf(stderr, "vsalab: --resume expects a run id, got '%s'\n", val);
+        return 2;
+      }
+      o.resume = n;
+    } else if (strcmp(opt, "--point-timeout") == 0) {
+      char *end;
+      double t = strtod(val, &end);
+      if (!*val || *end || !(t > 0 && t < 1e7)) {
+        fprintf(stderr, "vsalab: --point-timeout expects seconds > 0, got '%s'\n", val);
+        return 2;
+      }
+      o.point_timeout = t;
+    } else if (strcmp(opt, "--context") == 0) {
       if (!strchr(val, '=') || val[0] == '=' || o.ncontext >= VSA_MAX_CONTEXT) {
         fprintf(stderr, "vsalab: --context expects key=value (at most %d), got '%s'\n",
                 VSA_MAX_CONTEXT, val);

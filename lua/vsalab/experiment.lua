@@ -94,24 +94,35 @@ function M.run(e)
     local left = (os.time() - started) / i * (n - i)
     return string.format(", ETA %dm%02ds", math.floor(left / 60), math.floor(left % 60))
   end
+  -- --resume: what the run already holds, per point hash and kernel.
+  e.measured = run.measured()
+  local timeout = (package.loaded.vsalab.context or {}).point_timeout
   for i, c in ipairs(e.configs) do
     if e.only_kernel then c.only_kernel = e.only_kernel end
+    if timeout then core.set_point_timeout(timeout) end
     local ok, err = pcall(M.run_config, e, i, c, device, seed, rows, n)
+    if timeout then core.set_point_timeout(0) end
     if not ok then
-      -- Out of memory at one point: log it as skipped and go on. Anything
-      -- else (a sticky CUDA error, an interrupt, a bug) ends the run, with
-      -- every row measured so far already committed.
+      -- Out of memory or the point timeout: log the point as skipped and go
+      -- on. Anything else (a sticky CUDA error, an interrupt, a bug) ends
+      -- the run, with every row measured so far already committed.
       local msg = tostring(err)
-      if not (msg:find("cudaErrorMemoryAllocation", 1, true) or msg:find("out of host memory", 1, true)) then
+      local why
+      if msg:find("cudaErrorMemoryAllocation", 1, true) or msg:find("out of host memory", 1, true) then
+        why = "out of memory"
+      elseif msg:find("point timeout!", 1, true) then
+        why = string.format("timeout after %g s", timeout)
+      else
         error(err, 0)
       end
       collectgarbage()
       local r = {experiment = e.name, kernel = "config", B = c.B, H = c.H, D = c.D,
         density = c.density, topk = c.topk, ragged = c.ragged and 1 or 0,
-        note = "skipped: " .. msg:gsub("\n.*", "")}
+        point_hash = c.hash or require("vsalab.sweep").hash(M.point_of(c)),
+        note = "skipped (" .. why .. "): " .. msg:gsub("\n.*", "")}
       r.id = run.log(r)
       rows[#rows + 1] = r
-      report.progress(i, n, "skipped (out of memory)")
+      report.progress(i, n, "skipped (" .. why .. ")")
     end
   end
   M.summary(rows, e.anchors)
@@ -132,6 +143,18 @@ function M.run_config(e, i, c, device, seed, rows, n)
     local t0 = os.time()
     report.progress(i - 1, n, "building inputs " .. (c.label or ""))
     local hash = c.hash or require("vsalab.sweep").hash(M.point_of(c))
+    local done = e.measured[hash] or {}
+    local todo = {}
+    for _, b in ipairs(backends.available(device)) do
+      if not done[b.name] and not (c.skip and c.skip[b.name])
+          and not (c.only_kernel and c.only_kernel ~= b.name) then
+        todo[#todo + 1] = b.name
+      end
+    end
+    if done.invert and #todo == 0 then
+      report.progress(i, n, "already measured in this run (resume)")
+      return
+    end
     local spec = {device = device, seed = M.point_seed(seed, hash)}
     local meta = {skip = true, hash = true, label = true, skipped = true, only_kernel = true}
     for k, v in pairs(c) do if not meta[k] then spec[k] = v end end
@@ -139,21 +162,24 @@ function M.run_config(e, i, c, device, seed, rows, n)
     local label = shape_of(c, p)
 
     -- Inversion (q2k -> k2q), kernel only, into the existing buffers.
-    local st = bench.bench(function()
-      core.invert_indices(p.q2k_idx, p.q2k_num, p.nkv,
-        {out = {p.k2q_idx, p.k2q_num}, check = false})
-    end, {warmup = 3, repeats = device == "cpu" and 3 or 20})
-    local row = base_row(e.name, c, p)
-    row.kernel = "invert"
-    timing(row, st)
-    row.note = "q2k -> k2q inversion, deterministic"
-    row.extra = {seed = p.seed, point = M.point_of(c)}
-    row.point_hash = hash
-    row.id = run.log(row)
-    rows[#rows + 1] = row
+    if not done.invert then
+      local st = bench.bench(function()
+        core.invert_indices(p.q2k_idx, p.q2k_num, p.nkv,
+          {out = {p.k2q_idx, p.k2q_num}, check = false})
+      end, {warmup = 3, repeats = device == "cpu" and 3 or 20})
+      local row = base_row(e.name, c, p)
+      row.kernel = "invert"
+      timing(row, st)
+      row.note = "q2k -> k2q inversion, deterministic"
+      row.extra = {seed = p.seed, point = M.point_of(c)}
+      row.point_hash = hash
+      row.id = run.log(row)
+      rows[#rows + 1] = row
+    end
 
     for _, b in ipairs(backends.available(device, p)) do
-      if not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name) then
+      if not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name)
+          and not done[b.name] then
         report.progress(i - 1, n, label .. ": " .. b.name .. " backward")
         -- The checked outputs come from a call into fresh NaN-poisoned buffers.
         -- With b.timed, timing then reruns the kernel into those buffers

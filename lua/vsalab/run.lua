@@ -43,11 +43,41 @@ end
 
 function M.current()
   if state then return state end
-  local path = context().db_path or "results.db"
+  local ctx = context()
+  local path = ctx.db_path or "results.db"
   local db = core.db_open(path)
-  local id = db:begin_run(M.environment())
-  state = {db = db, id = id, path = path}
+  local id
+  if ctx.resume then
+    -- --resume RUN: the same run row goes on; experiments skip what it has.
+    local r = db:q("SELECT id, script FROM run WHERE id = ?", ctx.resume)[1]
+    if not r then
+      db:close()
+      error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0)
+    end
+    if r.script and ctx.script and r.script ~= ctx.script then
+      db:close()
+      error(string.format("--resume: run %d ran %s, not %s", r.id, r.script, ctx.script), 0)
+    end
+    db:q("UPDATE run SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?", r.id)
+    id = r.id
+  else
+    id = db:begin_run(M.environment())
+  end
+  state = {db = db, id = id, path = path, resumed = ctx.resume ~= nil}
   return state
+end
+
+-- {[point_hash] = {[kernel] = true}} of the rows the current run already
+-- holds (empty for a new run): what --resume skips.
+function M.measured()
+  local r = M.current()
+  local done = {}
+  if not r.resumed then return done end
+  for _, row in ipairs(r.db:q("SELECT point_hash, kernel FROM result WHERE run_id = ? AND point_hash IS NOT NULL", r.id)) do
+    done[row.point_hash] = done[row.point_hash] or {}
+    done[row.point_hash][row.kernel] = true
+  end
+  return done
 end
 
 -- Keys compare() and check_outputs() add that are not result_error columns.

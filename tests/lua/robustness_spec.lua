@@ -145,11 +145,71 @@ describe("experiment runner", function()
     local d = vsalab.db_open(dir .. "/o.db", {readonly = true})
     local rows = d:q("SELECT kernel, note, passed FROM result ORDER BY id")
     assert.equal("config", rows[1].kernel)
-    assert.truthy(rows[1].note:match("^skipped: .*out of host memory"))
+    assert.truthy(rows[1].note:match("^skipped %(out of memory%): .*out of host memory"))
     assert.equal("reference", rows[3].kernel)
     assert.equal(1, rows[3].passed)
     assert.equal("finished", d:q("SELECT status FROM run")[1].status)
     d:close()
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("resume and point timeout", function()
+  it("--resume continues a failed run, skipping the points it measured", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/three.lua", [[
+      local exp = require "vsalab.experiment"
+      local sweep = require "vsalab.sweep"
+      local sw = sweep.new{axes = {{"density", {0.25, 0.5, 1.0}}},
+        fixed = {B = 1, H = 1, Sq = 128, D = 16}}
+      local configs = {}
+      for _, p in ipairs(sw:points()) do
+        if p.density == 1.0 and os.getenv("VSALAB_TEST_FAIL") then
+          p.H = "not a number" -- this point raises
+        end
+        configs[#configs + 1] = p
+      end
+      exp.run{name = "three", device = "cpu", configs = configs, check = "full", seed = 1}
+    ]])
+    local db = dir .. "/r.db"
+    local rc = H.sh("VSALAB_TEST_FAIL=1 " .. H.exe .. " run --db " .. db .. " " .. dir .. "/three.lua")
+    assert.equal(1, rc)
+    local d = vsalab.db_open(db, {readonly = true})
+    assert.equal("failed", d:q("SELECT status FROM run")[1].status)
+    assert.equal(4, #d:q("SELECT id FROM result"))
+    d:close()
+    local rc2, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/three.lua")
+    assert(rc2 == 0, err)
+    d = vsalab.db_open(db, {readonly = true})
+    assert.equal(1, #d:q("SELECT id FROM run"))
+    assert.equal("finished", d:q("SELECT status FROM run")[1].status)
+    local rows = d:q("SELECT kernel, count(*) AS n, count(DISTINCT point_hash) AS points FROM result GROUP BY kernel ORDER BY kernel")
+    assert.same({{kernel = "invert", n = 3, points = 3}, {kernel = "reference", n = 3, points = 3}}, rows)
+    d:close()
+    assert.equal(1, (H.vsalab("run --db " .. db .. " --resume 7 " .. dir .. "/three.lua")))
+    assert.equal(2, (H.vsalab("run --resume x " .. dir .. "/three.lua")))
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("--point-timeout skips a slow point and goes on", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/slow.lua", [[
+      local exp = require "vsalab.experiment"
+      exp.run{name = "slow", device = "cpu", check = "full", seed = 1, configs = {
+        {B = 1, H = 2, Sq = 2048, D = 64, density = 1.0},
+        {B = 1, H = 1, Sq = 128, D = 16, topk = 1}}}
+    ]])
+    local db = dir .. "/t.db"
+    local rc, _, err = H.vsalab("run --db " .. db .. " --point-timeout 0.5 " .. dir .. "/slow.lua")
+    assert(rc == 0, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT kernel, note, passed FROM result ORDER BY id")
+    assert.equal("config", rows[1].kernel)
+    assert.truthy(rows[1].note:match("^skipped %(timeout after 0%.5 s%)"))
+    assert.equal("reference", rows[#rows].kernel)
+    assert.equal(1, rows[#rows].passed)
+    d:close()
+    assert.equal(2, (H.vsalab("run --point-timeout -1 " .. dir .. "/slow.lua")))
     os.execute("rm -rf " .. dir)
   end)
 end)
