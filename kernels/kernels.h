@@ -34,6 +34,9 @@ cudaError_t vsa_convert(void *d_dst, vsa_dtype dst_dtype, const void *d_src,
 cudaError_t vsa_strided_copy(void *d_dst, const void *d_src, int elem_size,
                              int ndim, const int64_t *shape,
                              const int64_t *stride, cudaStream_t stream);
+/* Keep the GPU busy for about ns nanoseconds (a deliberate slowdown for
+ * testing regression verdicts). */
+cudaError_t vsa_gpu_sleep(long long ns, cudaStream_t stream);
 /* Accumulate comparison sums of x against ref (n elements each, any float
  * dtypes) into *d_sums, which the caller zeroes first. */
 cudaError_t vsa_compare(const void *d_x, vsa_dtype x_dtype, const void *d_ref,

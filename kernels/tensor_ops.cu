@@ -99,8 +99,26 @@ strided_copy_kernel(T *dst, const T *src, strided_view v, int64_t n)
   }
 }
 
+/* Spin for about ns nanoseconds (one thread): the deliberate slowdown used
+ * to prove that `vsalab compare` flags a slower kernel. */
+__global__ void
+sleep_kernel(long long ns)
+{
+  long long t0 = clock64();
+  // clock64 counts SM cycles; ~2 GHz is close enough for a test delay.
+  while (clock64() - t0 < ns * 2) {
+  }
+}
+
 // ----------------------------------------------------------------------------
 // launchers
+
+extern "C" cudaError_t
+vsa_gpu_sleep(long long ns, cudaStream_t stream)
+{
+  sleep_kernel<<<1, 1, 0, stream>>>(ns);
+  return cudaGetLastError();
+}
 
 extern "C" cudaError_t
 vsa_fill(void *d, vsa_dtype dtype, int64_t n, double value, cudaStream_t stream)

@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "device.h"
+#include "kernels.h"
 #include "lua_api.h"
 #include "nvml.h"
 
@@ -346,6 +347,22 @@ l_gpu_clocks(lua_State *L)
   return 1;
 }
 
+/* vsalab.gpu_sleep(microseconds): enqueue a kernel that spins that long
+ * (VSALAB_SLOWDOWN_US uses it to make a deliberately slower variant). */
+static int
+l_gpu_sleep(lua_State *L)
+{
+  double us = luaL_checknumber(L, 1);
+  if (!(us >= 0 && us <= 1e7)) return vsa_lua_errorf(L, "gpu_sleep: microseconds must be in [0, 1e7]");
+  vsa_lua_require_cuda(L);
+  cudaError_t e = vsa_gpu_sleep((long long)(us * 1000), 0);
+  if (e != cudaSuccess) {
+    vsa_fail_cuda(e, "gpu_sleep", __FILE__, __LINE__);
+    return vsa_lua_raise(L);
+  }
+  return 0;
+}
+
 /* vsalab.runtime_version() -> "13.0" (no GPU needed) */
 static int
 l_runtime_version(lua_State *L)
@@ -359,7 +376,7 @@ l_runtime_version(lua_State *L)
 static const luaL_Reg functions[] = {
     {"bench_raw", l_bench_raw}, {"synchronize", l_synchronize},
     {"device_info", l_device_info}, {"runtime_version", l_runtime_version},
-    {"gpu_clocks", l_gpu_clocks},
+    {"gpu_clocks", l_gpu_clocks}, {"gpu_sleep", l_gpu_sleep},
     {NULL, NULL}};
 
 void

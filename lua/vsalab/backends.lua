@@ -100,9 +100,13 @@ local function sm90a(name, dq, description, variant_of)
       -- p's lists come from invert_indices (ascending): no canonical pass.
       local opts = {sm_scale = p.sm_scale, poison = false, canonical = false,
         dq = dq, out = {outs.dq, outs.dk, outs.dv}}
+      -- VSALAB_SLOWDOWN_US adds a spin kernel to each timed call: the
+      -- deliberately slower variant that must make `vsalab compare` say SLOW.
+      local slow = tonumber(os.getenv("VSALAB_SLOWDOWN_US") or "")
       return function()
         core.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
           p.k2q_num, p.vbs, opts)
+        if slow then core.gpu_sleep(slow) end
       end
     end,
   }

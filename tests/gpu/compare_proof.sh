@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# compare_proof.sh — the regression-verdict proof on a GPU: the same sweep
+# twice must compare SAME everywhere; a run with a deliberate slowdown
+# (VSALAB_SLOWDOWN_US adds a spin kernel to every timed sm90a call) must
+# compare SLOW and exit 1.
+#   tests/gpu/compare_proof.sh [VSALAB_BINARY]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+bin=${1:-build/vsalab}
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+db=$out/compare.db
+rm -f "$db"*
+sweep="-a Sq=[4096,16384,65536] reference=0"
+"$bin" run --db "$db" experiments/seed_sweep.lua $sweep > "$out/proof1.log" 2>&1 || exit 1
+"$bin" run --db "$db" experiments/seed_sweep.lua $sweep > "$out/proof2.log" 2>&1 || exit 1
+VSALAB_SLOWDOWN_US=${VSALAB_SLOWDOWN_US:-200} "$bin" run --db "$db" experiments/seed_sweep.lua $sweep > "$out/proof3.log" 2>&1 || exit 1
+echo "=== run 1 vs run 2 (expect SAME, exit 0)"
+"$bin" compare --db "$db" 1 2; echo "exit $?"
+echo "=== run 1 vs slowed run 3 (expect SLOW on the sm90a rows, exit 1)"
+"$bin" compare --db "$db" 1 3; echo "exit $?"
