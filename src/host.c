@@ -175,9 +175,10 @@ traceback(lua_State *L)
   return 1;
 }
 
-/* Call the function on top with nargs under the traceback handler. */
-static int
-docall(lua_State *L, int nargs, int nres)
+/* Call the function on top with nargs under the traceback handler, with
+ * SIGINT/SIGTERM turned into "interrupted!" errors while it runs. */
+int
+vsa_host_docall(lua_State *L, int nargs, int nres)
 {
   int base = lua_gettop(L) - nargs;
   lua_pushcfunction(L, traceback);
@@ -185,6 +186,7 @@ docall(lua_State *L, int nargs, int nres)
   signal_state = L;
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
+  interrupted = 0;
   int rc = lua_pcall(L, nargs, nres, base);
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
@@ -290,7 +292,7 @@ finish_run(lua_State *L, const char *status, const char *err)
   lua_pushstring(L, status);
   if (err) lua_pushstring(L, err);
   else lua_pushnil(L);
-  if (docall(L, 2, 0) != 0) {
+  if (vsa_host_docall(L, 2, 0) != 0) {
     fprintf(stderr, "vsalab: closing the run failed: %s\n", lua_tostring(L, -1));
     lua_pop(L, 1);
     return -1;
@@ -312,7 +314,7 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
   int rc = luaL_loadfile(L, o->script);
   if (rc == 0) {
     for (int i = 0; i < o->argc; i++) lua_pushstring(L, o->argv[i]);
-    rc = docall(L, o->argc, 0);
+    rc = vsa_host_docall(L, o->argc, 0);
   }
   if (rc != 0) {
     const char *msg = lua_tostring(L, -1);
@@ -331,7 +333,7 @@ vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv)
 {
   lua_getglobal(L, "require");
   lua_pushstring(L, module);
-  if (docall(L, 1, 1) != 0) {
+  if (vsa_host_docall(L, 1, 1) != 0) {
     fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
     return 1;
   }
@@ -341,7 +343,7 @@ vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv)
     lua_pushstring(L, argv[i]);
     lua_rawseti(L, -2, i + 1);
   }
-  if (docall(L, 1, 1) != 0) {
+  if (vsa_host_docall(L, 1, 1) != 0) {
     fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
     return 1;
   }
@@ -354,4 +356,10 @@ int
 vsa_host_finish(lua_State *L, const char *status, const char *err)
 {
   return finish_run(L, status, err);
+}
+
+int
+vsa_host_interrupted(void)
+{
+  return interrupted;
 }

@@ -36,6 +36,18 @@ int vsa_host_run_script(lua_State *L, const vsa_host_options *opts);
  * stderr if it raises). */
 int vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv);
 
+/* Call the function on top of the stack with nargs arguments under a
+ * traceback handler (SIGINT/SIGTERM raise "interrupted!" meanwhile);
+ * returns the lua_pcall code, leaving results or the message. */
+int vsa_host_docall(lua_State *L, int nargs, int nres);
+
+/* Whether the last error came from SIGINT/SIGTERM. */
+int vsa_host_interrupted(void);
+
+/* An interactive prompt (src/repl.c): line editing and history through
+ * libedit; returns the exit status. */
+int vsa_repl(lua_State *L);
+
 /* Close the run row (if one was begun) with status and error text. */
 int vsa_host_finish(lua_State *L, const char *status, const char *err);
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <lua.h>
 
@@ -24,6 +25,8 @@ static const char usage[] =
     "\n"
     "usage:\n"
     "  vsalab run [options] SCRIPT [args...]  run a Lua experiment script\n"
+    "  vsalab repl [options] [-i SCRIPT [args...]]  a Lua prompt with vsalab loaded\n"
+    "                                         (also plain `vsalab` on a terminal)\n"
     "  vsalab compare [--db PATH] A B         speed and error verdicts per point of\n"
     "                                         two runs (ids, latest, latest~N, a\n"
     "                                         revision); exit 1 on SLOW/NEW FAIL\n"
@@ -56,12 +59,14 @@ parse_long(const char *s, long long lo, long long *out)
   return 0;
 }
 
+/* Options shared by run and repl, from argv[*i] on; stops at the first
+ * non-option (left in *i). Returns 0, or 2 after printing a usage error. */
 static int
-cmd_run(int argc, char **argv)
+parse_options(int argc, char **argv, vsa_host_options *po, int *pi)
 {
-  vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 1234};
-  int i = 0;
-  for (; i < argc && argv[i][0] == '-'; i++) {
+  vsa_host_options o = *po;
+  int i = *pi;
+  for (; i < argc && argv[i][0] == '-' && strcmp(argv[i], "-i") != 0; i++) {
     const char *opt = argv[i];
     if (strcmp(opt, "--") == 0) {
       i++;
@@ -121,6 +126,19 @@ cmd_run(int argc, char **argv)
       o.seed = n;
     }
   }
+  *po = o;
+  *pi = i;
+  return 0;
+}
+
+static int
+cmd_run(int argc, char **argv)
+{
+  vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 1234};
+  int i = 0;
+  int rc = parse_options(argc, argv, &o, &i);
+  if (rc) return rc;
+
   if (i >= argc) {
     fprintf(stderr, "vsalab: run needs a SCRIPT (see vsalab help)\n");
     return 2;
@@ -130,7 +148,39 @@ cmd_run(int argc, char **argv)
   o.argv = argv + i + 1;
   lua_State *L = vsa_host_new(&o);
   if (!L) return 1;
-  int rc = vsa_host_run_script(L, &o);
+  rc = vsa_host_run_script(L, &o);
+  lua_close(L);
+  return rc;
+}
+
+/* vsalab repl [options] [-i SCRIPT [args...]] */
+static int
+cmd_repl(int argc, char **argv)
+{
+  vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 1234};
+  int i = 0;
+  int rc = parse_options(argc, argv, &o, &i);
+  if (rc) return rc;
+  if (i < argc && strcmp(argv[i], "-i") != 0) {
+    fprintf(stderr, "vsalab: repl takes options and -i SCRIPT [args] (see vsalab help)\n");
+    return 2;
+  }
+  if (i < argc) {
+    if (i + 1 >= argc) {
+      fprintf(stderr, "vsalab: -i needs a SCRIPT\n");
+      return 2;
+    }
+    o.script = argv[i + 1];
+    o.argc = argc - i - 2;
+    o.argv = argv + i + 2;
+  }
+  lua_State *L = vsa_host_new(&o);
+  if (!L) return 1;
+  /* -i: run the script first; its globals stay for the prompt, and an
+   * error in it is printed without leaving. */
+  if (o.script) vsa_host_run_script(L, &o);
+  rc = vsa_repl(L);
+  vsa_host_finish(L, "finished", NULL);
   lua_close(L);
   return rc;
 }
@@ -138,6 +188,8 @@ cmd_run(int argc, char **argv)
 int
 main(int argc, char **argv)
 {
+  if (argc < 2 && isatty(0) && isatty(1)) return cmd_repl(0, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "repl") == 0) return cmd_repl(argc - 2, argv + 2);
   if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
       strcmp(argv[1], "-h") == 0) {
     fputs(usage, argc < 2 ? stderr : stdout);

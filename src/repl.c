@@ -1,0 +1,269 @@
+/* repl.c — `vsalab repl`: a LuaJIT prompt with the vsalab module loaded.
+ *
+ * Line editing, history (~/.vsalab_history) and tab completion of table
+ * fields ("vsalab.ba<Tab>") come from libedit's readline interface. A line
+ * is first tried as an expression (`return <line>`; a leading '=' forces
+ * that) and its values are printed with tostring (tensors print their
+ * summary); otherwise as a statement. A chunk whose only error is an
+ * unexpected <eof> continues on the next line (">> "), as in luajit.c.
+ * Errors print with their traceback and the prompt stays. Ctrl-C at the
+ * prompt drops the current line; during a call it raises "interrupted!"
+ * (host.c; the JIT is off at the prompt so even a tight loop stops); Ctrl-D
+ * leaves.
+ */
+#include <lauxlib.h>
+#include <lua.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <editline/readline.h>
+
+#include "host.h"
+
+static sigjmp_buf prompt_jump;
+static volatile sig_atomic_t at_prompt;
+static lua_State *completion_state;
+
+// ----------------------------------------------------------------------------
+// Ctrl-C at the prompt: drop the line
+
+static void
+on_prompt_sigint(int sig)
+{
+  (void)sig;
+  if (at_prompt) siglongjmp(prompt_jump, 1);
+}
+
+// ----------------------------------------------------------------------------
+// completion: the fields of the table named before the last '.' or ':'
+
+static char **candidates;
+static int ncandidates;
+
+static void
+clear_candidates(void)
+{
+  for (int i = 0; i < ncandidates; i++) free(candidates[i]);
+  free(candidates);
+  candidates = NULL;
+  ncandidates = 0;
+}
+
+/* Push the value that dotted path names (e.g. "vsalab.problem"), or nil. */
+static void
+push_path(lua_State *L, const char *path, size_t len)
+{
+  lua_pushvalue(L, LUA_GLOBALSINDEX);
+  size_t i = 0;
+  while (i < len) {
+    size_t j = i;
+    while (j < len && path[j] != '.') j++;
+    if (!lua_istable(L, -1)) break;
+    lua_pushlstring(L, path + i, j - i);
+    lua_gettable(L, -2);
+    lua_remove(L, -2);
+    i = j + 1;
+  }
+  if (i < len) {
+    lua_pop(L, 1);
+    lua_pushnil(L);
+  }
+}
+
+static void
+collect(const char *text)
+{
+  lua_State *L = completion_state;
+  clear_candidates();
+  const char *sep = strrchr(text, '.');
+  const char *colon = strrchr(text, ':');
+  if (colon && (!sep || colon > sep)) sep = colon;
+  size_t base = sep ? (size_t)(sep - text) : 0;
+  const char *prefix = sep ? sep + 1 : text;
+  size_t plen = strlen(prefix);
+  if (sep) push_path(L, text, base);
+  else lua_pushvalue(L, LUA_GLOBALSINDEX);
+  /* Tensors and other userdata complete their methods through the metatable. */
+  if (lua_isuserdata(L, -1) && lua_getmetatable(L, -1)) {
+    lua_getfield(L, -1, "methods");
+    lua_remove(L, -2);
+    lua_remove(L, -2);
+  }
+  if (lua_istable(L, -1)) {
+    lua_pushnil(L);
+    while (lua_next(L, -2) != 0) {
+      lua_pop(L, 1);
+      if (lua_type(L, -1) != LUA_TSTRING) continue;
+      const char *k = lua_tostring(L, -1);
+      if (strncmp(k, prefix, plen) != 0) continue;
+      char **grown = realloc(candidates, sizeof *candidates * (ncandidates + 1));
+      if (!grown) break;
+      candidates = grown;
+      size_t n = base + (sep ? 1 : 0) + strlen(k) + 1;
+      candidates[ncandidates] = malloc(n);
+      if (!candidates[ncandidates]) break;
+      snprintf(candidates[ncandidates++], n, "%.*s%s", (int)(base + (sep ? 1 : 0)), text, k);
+    }
+  }
+  lua_pop(L, 1);
+}
+
+static char *
+generator(const char *text, int state)
+{
+  static int next;
+  if (state == 0) {
+    collect(text);
+    next = 0;
+  }
+  return next < ncandidates ? strdup(candidates[next++]) : NULL;
+}
+
+static char **
+complete(const char *text, int start, int end)
+{
+  (void)start;
+  (void)end;
+  rl_completion_append_character = '\0';
+  return rl_completion_matches(text, generator);
+}
+
+// ----------------------------------------------------------------------------
+// the read-eval-print loop
+
+/* 1 when the chunk's only fault is that it ended too early. */
+static int
+incomplete(lua_State *L, int status)
+{
+  if (status != LUA_ERRSYNTAX) return 0;
+  size_t len;
+  const char *msg = lua_tolstring(L, -1, &len);
+  return len >= 7 && strstr(msg, "'<eof>'") == msg + len - 7;
+}
+
+/* Compile buf: as an expression first, then as a statement. Leaves the
+ * function (or the error message) on the stack. */
+static int
+compile(lua_State *L, const char *buf)
+{
+  const char *src = buf[0] == '=' ? buf + 1 : buf;
+  lua_pushfstring(L, "return %s", src);
+  int status = luaL_loadbuffer(L, lua_tostring(L, -1), lua_objlen(L, -1), "=stdin");
+  lua_remove(L, -2);
+  if (status == 0 || buf[0] == '=') return status;
+  lua_pop(L, 1);
+  return luaL_loadbuffer(L, buf, strlen(buf), "=stdin");
+}
+
+static void
+print_results(lua_State *L, int base)
+{
+  int n = lua_gettop(L) - base;
+  if (n <= 0) return;
+  lua_getglobal(L, "print");
+  lua_insert(L, base + 1);
+  if (lua_pcall(L, n, 0, 0) != 0) {
+    fprintf(stderr, "error printing results: %s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+}
+
+static const char *
+history_path(void)
+{
+  static char path[4096];
+  const char *home = getenv("HOME");
+  if (!home || !*home) return NULL;
+  snprintf(path, sizeof path, "%s/.vsalab_history", home);
+  return path;
+}
+
+int
+vsa_repl(lua_State *L)
+{
+  completion_state = L;
+  rl_readline_name = "vsalab";
+  rl_attempted_completion_function = complete;
+  rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{(,+-*/%^~#[]";
+  const char *hist = history_path();
+  using_history();
+  if (hist) read_history(hist);
+  /* The interrupt hook cannot stop a loop running as compiled machine code:
+   * with the JIT off, Ctrl-C always reaches a running statement. */
+  (void)luaL_dostring(L, "if jit then jit.off() end");
+  /* A lazy `db` global: the results DB, opened read-only on first use. */
+  (void)luaL_dostring(L,
+    "db = setmetatable({}, {__index = function(t, k)\n"
+    "  local d = vsalab.db_open(vsalab.context.db_path, {readonly = true})\n"
+    "  rawset(_G, 'db', d)\n"
+    "  local v = d[k]\n"
+    "  if type(v) == 'function' then return function(_, ...) return v(d, ...) end end\n"
+    "  return v\n"
+    "end})");
+  printf("vsalab %s — Lua with the vsalab module; Tab completes, Ctrl-D leaves\n",
+         lua_tostring(L, (lua_getglobal(L, "vsalab"), lua_getfield(L, -1, "version"), -1)));
+  lua_pop(L, 2);
+  struct sigaction sa, old;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_prompt_sigint;
+  sigemptyset(&sa.sa_mask);
+  char *buf = NULL;
+  for (;;) {
+    sigaction(SIGINT, &sa, &old);
+    if (sigsetjmp(prompt_jump, 1)) {
+      /* Ctrl-C while editing: drop what was typed. */
+      at_prompt = 0;
+      printf("\n");
+      free(buf);
+      buf = NULL;
+      continue;
+    }
+    at_prompt = 1;
+    char *line = readline(buf ? ">> " : "> ");
+    at_prompt = 0;
+    sigaction(SIGINT, &old, NULL);
+    if (!line) break; /* Ctrl-D */
+    if (!buf && !*line) {
+      free(line);
+      continue;
+    }
+    if (buf) {
+      size_t n = strlen(buf) + strlen(line) + 2;
+      char *joined = malloc(n);
+      if (!joined) break;
+      snprintf(joined, n, "%s\n%s", buf, line);
+      free(buf);
+      free(line);
+      buf = joined;
+    } else {
+      buf = line;
+    }
+    int base = lua_gettop(L);
+    int status = compile(L, buf);
+    if (incomplete(L, status)) {
+      lua_pop(L, 1);
+      continue;
+    }
+    add_history(buf);
+    if (status == 0) status = vsa_host_docall(L, 0, LUA_MULTRET);
+    if (status == 0) {
+      print_results(L, base);
+    } else {
+      fprintf(stderr, "%s\n", lua_tostring(L, -1) ? lua_tostring(L, -1) : "(error)");
+      fflush(stderr);
+    }
+    lua_settop(L, base);
+    free(buf);
+    buf = NULL;
+  }
+  free(buf);
+  printf("\n");
+  if (hist) {
+    stifle_history(1000);
+    write_history(hist);
+  }
+  return 0;
+}

@@ -1,0 +1,84 @@
+-- The REPL driven through a pseudo-terminal (tmux), the way a person types:
+-- expressions, multi-line statements, errors, completion, Ctrl-C on a line
+-- and on a running loop, history, Ctrl-D.
+local H = require "helpers"
+
+local has_tmux = os.execute("command -v tmux >/dev/null 2>&1") == 0
+
+describe("vsalab repl", function()
+  if not has_tmux then
+    it("needs tmux (scripts/setup.sh installs it)", function() error("tmux not installed") end)
+    return
+  end
+  local dir = H.tmpdir()
+  local sock = dir .. "/tmux.sock"
+  local function tmux(args) return H.sh("tmux -S " .. sock .. " " .. args) end
+  local function screen()
+    local _, out = tmux("capture-pane -t r -p")
+    return out
+  end
+  -- Wait until the screen shows pattern (plain text), up to 10 s.
+  local function wait_for(text)
+    for _ = 1, 100 do
+      if screen():find(text, 1, true) then return true end
+      os.execute("sleep 0.1")
+    end
+    error("the REPL never showed " .. text .. "; screen:\n" .. screen())
+  end
+  local function type_line(s)
+    tmux("send-keys -t r -l " .. string.format("%q", s))
+    tmux("send-keys -t r Enter")
+  end
+  teardown(function()
+    tmux("kill-server")
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("evaluates, continues, completes, interrupts and keeps history", function()
+    assert.equal(0, (tmux(string.format("new-session -d -s r -x 120 -y 50 'HOME=%s %s repl --db %s/r.db'",
+      dir, H.exe, dir))))
+    wait_for("Ctrl-D leaves")
+    type_line("1 + 2")
+    wait_for("\n3\n")
+    type_line("t = vsalab.from_table({{1, 2}, {3, 0/0}})")
+    type_line("t")
+    wait_for("Tensor[2,2] f32 cpu {1, 2, 3,")
+    wait_for("nonfinite=1")
+    type_line("for i = 1, 2 do")
+    wait_for("\n>>")
+    type_line("  print('line ' .. i)")
+    type_line("end")
+    wait_for("line 2")
+    type_line("local x = nil + 1")
+    wait_for("attempt to perform arithmetic")
+    tmux("send-keys -t r -l 'vsalab.invert_i'")
+    tmux("send-keys -t r Tab")
+    wait_for("vsalab.invert_indices")
+    tmux("send-keys -t r C-c")
+    type_line("while true do end")
+    os.execute("sleep 0.5")
+    tmux("send-keys -t r C-c")
+    wait_for("interrupted!")
+    type_line("'alive ' .. 42")
+    wait_for("alive 42")
+    tmux("send-keys -t r C-d")
+    for _ = 1, 50 do
+      if tmux("has-session -t r") ~= 0 then break end
+      os.execute("sleep 0.1")
+    end
+    local f = io.open(dir .. "/.vsalab_history")
+    assert.truthy(f, "no history file")
+    local hist = f:read("*a")
+    f:close()
+    assert.truthy(hist:find("alive", 1, true))
+  end)
+
+  it("runs a script first with -i and keeps its globals", function()
+    H.write(dir .. "/init.lua", "answer = 6 * 7\n")
+    tmux(string.format("new-session -d -s r -x 120 -y 20 'HOME=%s %s repl -i %s/init.lua'", dir, H.exe, dir))
+    wait_for("Ctrl-D leaves")
+    type_line("answer")
+    wait_for("\n42\n")
+    tmux("send-keys -t r C-d")
+  end)
+end)
