@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in cmake pkg-config gcc libluajit-5.1-dev libsqlite3-dev lua-busted libedit-dev tmux; do
+for pkg in cmake pkg-config gcc libluajit-5.1-dev libsqlite3-dev lua-busted libedit-dev tmux chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -33,6 +33,7 @@ static const char usage[] =
     "  vsalab runs [--db PATH] [--format F]   list runs (F: table csv json markdown)\n"
     "  vsalab show [--db PATH] [--format F] RUN   a run's environment and rows\n"
     "  vsalab query [--db PATH] [--format F] \"SQL\" [values]   any read-only SQL\n"
+    "  vsalab report [--db PATH] [-o FILE] [RUN...]  one self-contained HTML report\n"
     "  vsalab rerun [--db PATH] ROW           measure a result row's point again\n"
     "                                         with the same inputs (a new run)\n"
     "  vsalab --version                       print the version\n"
@@ -208,6 +209,14 @@ main(int argc, char **argv)
     lua_State *L = vsa_host_new(&o);
     if (!L) return 1;
     int rc = vsa_host_run_module(L, "vsalab.query", argc - 1, argv + 1);
+    lua_close(L);
+    return rc;
+  }
+  if (strcmp(argv[1], "report") == 0) {
+    vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 0};
+    lua_State *L = vsa_host_new(&o);
+    if (!L) return 1;
+    int rc = vsa_host_run_module(L, "vsalab.htmlreport", argc - 2, argv + 2);
     lua_close(L);
     return rc;
   }

@@ -1,0 +1,214 @@
+-- vsalab report: one self-contained HTML file (inline SVG and CSS, no
+-- network, no JavaScript) for a PR or a notebook.
+--
+--   vsalab report [--db PATH] [-o report.html] [RUN...]   (default: latest)
+--
+-- Per run: its environment; per experiment: TFLOPS on selected blocks
+-- against tokens (log2 axis), one series per kernel and density, with the
+-- published Triton anchors of ../shared/ANCHORS.md dashed where the shape
+-- matches; the worst error per output per kernel; and every row.
+local core = require "vsalab.core"
+
+local M = {}
+
+-- ANCHORS.md (H200, bf16, D128, 25% unless said): public Triton backward,
+-- TFLOPS on selected blocks, B1 H8 by tokens.
+M.anchors = {
+  {name = "Triton bwd (ANCHORS, B1 H8 25%)", H = 8, density = 0.25,
+   points = {{4096, 225}, {8192, 296}, {16384, 328}, {32768, 335}, {65536, 333}, {131072, 293}}},
+}
+
+local function esc(s)
+  return (tostring(s):gsub("[&<>\"]", {["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;"}))
+end
+
+local function fmt(v, f)
+  if v == nil then return "" end
+  if type(v) == "number" and f then return string.format(f, v) end
+  return esc(v)
+end
+
+local palette = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+  "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"}
+
+-- An SVG line chart: series = {{name, color, dashed, points = {{x, y}...}}}.
+local function chart(title, series)
+  local W, Hh, L, R, T, B = 820, 360, 64, 290, 34, 46
+  local xmin, xmax, ymax = math.huge, -math.huge, 0
+  for _, s in ipairs(series) do
+    for _, p in ipairs(s.points) do
+      local x = math.log(p[1]) / math.log(2)
+      xmin, xmax = math.min(xmin, x), math.max(xmax, x)
+      ymax = math.max(ymax, p[2])
+    end
+  end
+  if xmin == math.huge then return "" end
+  if xmax == xmin then xmin, xmax = xmin - 1, xmax + 1 end
+  ymax = ymax > 0 and ymax * 1.12 or 1
+  local pw, ph = W - L - R, Hh - T - B
+  local function X(v) return L + (math.log(v) / math.log(2) - xmin) / (xmax - xmin) * pw end
+  local function Y(v) return T + ph - v / ymax * ph end
+  local o = {string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img">', W, Hh, W, Hh)}
+  o[#o + 1] = string.format('<text x="%d" y="20" font-size="15" font-weight="600">%s</text>', L, esc(title))
+  -- grid and axes
+  local step = 10 ^ math.floor(math.log10(ymax / 4))
+  for _, m in ipairs{1, 2, 5, 10} do if ymax / (step * m) <= 6 then step = step * m; break end end
+  for y = 0, ymax, step do
+    o[#o + 1] = string.format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>', L, Y(y), L + pw, Y(y))
+    o[#o + 1] = string.format('<text x="%d" y="%.1f" font-size="11" text-anchor="end" fill="#444">%g</text>', L - 6, Y(y) + 4, y)
+  end
+  for e = math.ceil(xmin), math.floor(xmax) do
+    local v = 2 ^ e
+    local label = v >= 1024 and string.format("%gk", v / 1024) or tostring(v)
+    o[#o + 1] = string.format('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#f0f0f0"/>', X(v), T, X(v), T + ph)
+    o[#o + 1] = string.format('<text x="%.1f" y="%d" font-size="11" text-anchor="middle" fill="#444">%s</text>', X(v), T + ph + 16, label)
+  end
+  o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>', L, T + ph, L + pw, T + ph)
+  o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>', L, T, L, T + ph)
+  o[#o + 1] = string.format('<text x="%d" y="%d" font-size="12" text-anchor="middle">tokens (log2)</text>', L + math.floor(pw / 2), Hh - 8)
+  o[#o + 1] = string.format('<text transform="translate(16,%d) rotate(-90)" font-size="12" text-anchor="middle">TFLOPS on selected blocks</text>', T + math.floor(ph / 2))
+  -- series and legend
+  for i, s in ipairs(series) do
+    table.sort(s.points, function(a, b) return a[1] < b[1] end)
+    local pts = {}
+    for _, p in ipairs(s.points) do pts[#pts + 1] = string.format("%.1f,%.1f", X(p[1]), Y(p[2])) end
+    o[#o + 1] = string.format('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>',
+      s.color, s.dashed and ' stroke-dasharray="6 4"' or "", table.concat(pts, " "))
+    for _, p in ipairs(s.points) do
+      o[#o + 1] = string.format('<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s: %g tokens, %.1f TFLOPS</title></circle>',
+        X(p[1]), Y(p[2]), s.color, esc(s.name), p[1], p[2])
+    end
+    local ly = T + 8 + (i - 1) * 18
+    o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>',
+      L + pw + 14, ly, L + pw + 38, ly, s.color, s.dashed and ' stroke-dasharray="6 4"' or "")
+    o[#o + 1] = string.format('<text x="%d" y="%d" font-size="11">%s</text>', L + pw + 44, ly + 4, esc(s.name))
+  end
+  o[#o + 1] = "</svg>"
+  return table.concat(o, "\n")
+end
+
+local css = [[
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:8px 0;font-size:12.5px} td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
+th{background:#f6f6f6} td.l,th.l{text-align:left} .muted{color:#777} .fail{color:#b00;font-weight:600}
+.pass{color:#070} .note{background:#fffbe6;border:1px solid #f0e0a0;padding:6px 10px;margin:8px 0}
+]]
+
+-- The HTML text for runs (ids) of db.
+function M.render(db, ids)
+  local o = {"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>vsalab report</title><style>", css, "</style></head><body>"}
+  o[#o + 1] = string.format("<h1>vsalab report</h1><div class=\"muted\">runs %s · generated %s · vsalab %s</div>",
+    esc(table.concat(ids, ", ")), os.date("!%Y-%m-%d %H:%M UTC"), esc(core.version))
+  for _, id in ipairs(ids) do
+    local run = db:q("SELECT * FROM run WHERE id = ?", id)[1]
+    o[#o + 1] = string.format("<h2>Run %d — %s</h2>", id, esc(run.script or "(no script)"))
+    o[#o + 1] = "<table>"
+    for _, k in ipairs{"status", "started_at", "ended_at", "gpu_name", "gpu_cc", "sm_count", "driver_version",
+        "runtime_version", "git_rev", "seed", "host", "args", "context", "nvcc_flags", "error"} do
+      if run[k] ~= nil then
+        o[#o + 1] = string.format('<tr><th class="l">%s</th><td class="l">%s</td></tr>', k, esc(run[k]))
+      end
+    end
+    o[#o + 1] = "</table>"
+    local rows = db:q([[SELECT * FROM result_summary WHERE run_id = ? ORDER BY experiment, kernel, H, density, Sq]], id)
+    -- One chart per experiment (and head count): kernel x density series.
+    local groups, order = {}, {}
+    for _, r in ipairs(rows) do
+      if r.tflops and r.Sq then
+        local g = r.experiment .. " · B" .. tostring(r.B) .. " H" .. tostring(r.H) .. " D" .. tostring(r.D)
+        if not groups[g] then groups[g] = {series = {}, H = r.H}; order[#order + 1] = g end
+        local key = string.format("%s %.0f%%", r.kernel, 100 * (r.density or 0))
+        local s = groups[g].series[key]
+        if not s then s = {name = key, points = {}}; groups[g].series[key] = s end
+        s.points[#s.points + 1] = {r.Sq, r.tflops}
+      end
+    end
+    for _, g in ipairs(order) do
+      local series, names = {}, {}
+      for name in pairs(groups[g].series) do names[#names + 1] = name end
+      table.sort(names)
+      for i, name in ipairs(names) do
+        local s = groups[g].series[name]
+        s.color = palette[(i - 1) % #palette + 1]
+        series[#series + 1] = s
+      end
+      for _, a in ipairs(M.anchors) do
+        if a.H == groups[g].H then
+          series[#series + 1] = {name = a.name, color = "#555", dashed = true, points = a.points}
+        end
+      end
+      o[#o + 1] = chart(g, series)
+    end
+    if #order == 0 then o[#o + 1] = '<div class="note">No timed rows with TFLOPS in this run.</div>' end
+    o[#o + 1] = '<div class="note">The bf16 GEMM ceiling was not measured in this run, so no "% of GEMM" figure is shown; anchors are published figures from another run, not side-by-side measurements.</div>'
+    -- Worst error per output per kernel.
+    local errs = db:q([[SELECT r.kernel, e.output, max(e.rel_l2) AS worst, sum(e.passed = 0) AS failed, count(*) AS n
+      FROM result r JOIN result_error e ON e.result_id = r.id WHERE r.run_id = ?
+      GROUP BY r.kernel, e.output ORDER BY r.kernel, e.output]], id)
+    if #errs > 0 then
+      o[#o + 1] = "<h2>Errors against the fp64 oracle</h2><table><tr><th class=\"l\">kernel</th><th class=\"l\">output</th><th>worst rel L2</th><th>checks</th><th>failed</th></tr>"
+      for _, e in ipairs(errs) do
+        o[#o + 1] = string.format('<tr><td class="l">%s</td><td class="l">%s</td><td>%s</td><td>%d</td><td class="%s">%d</td></tr>',
+          esc(e.kernel), esc(e.output), fmt(e.worst, "%.2e"), e.n, (e.failed or 0) > 0 and "fail" or "pass", e.failed or 0)
+      end
+      o[#o + 1] = "</table>"
+    end
+    o[#o + 1] = "<h2>All rows</h2><table><tr>"
+    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ms_median", "rel_stddev", "tflops", "passed", "worst_output", "worst_rel_l2", "note"}
+    for _, c in ipairs(cols) do o[#o + 1] = string.format('<th class="%s">%s</th>', c == "note" and "l" or "", c) end
+    o[#o + 1] = "</tr>"
+    for _, r in ipairs(rows) do
+      o[#o + 1] = "<tr>"
+      for _, c in ipairs(cols) do
+        local v = r[c]
+        local f = ({density = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.1f", worst_rel_l2 = "%.2e"})[c]
+        local cls = (c == "note" or c == "experiment" or c == "kernel" or c == "worst_output") and "l" or ""
+        if c == "passed" and v ~= nil then cls = v == 1 and "pass" or "fail"; v = v == 1 and "pass" or "FAIL" end
+        o[#o + 1] = string.format('<td class="%s">%s</td>', cls, fmt(v, f))
+      end
+      o[#o + 1] = "</tr>"
+    end
+    o[#o + 1] = "</table>"
+  end
+  o[#o + 1] = "</body></html>\n"
+  return table.concat(o, "\n")
+end
+
+function M.main(argv)
+  local db_path = package.loaded.vsalab.context.db_path or "results.db"
+  local out, refs = "report.html", {}
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    if (a == "--db" or a == "-o") and argv[i + 1] then
+      if a == "--db" then db_path = argv[i + 1] else out = argv[i + 1] end
+      i = i + 2
+    elseif a:sub(1, 1) == "-" then
+      io.stderr:write("usage: vsalab report [--db PATH] [-o report.html] [RUN...]\n")
+      return 2
+    else
+      refs[#refs + 1] = a
+      i = i + 1
+    end
+  end
+  if #refs == 0 then refs = {"latest"} end
+  local ok, db = pcall(core.db_open, db_path, {readonly = true})
+  if not ok then io.stderr:write("vsalab report: ", tostring(db), "\n"); return 2 end
+  local ids = {}
+  for _, ref in ipairs(refs) do
+    local okr, id = pcall(require("vsalab.compare").resolve, db, ref)
+    if not okr then db:close(); io.stderr:write("vsalab report: ", tostring(id), "\n"); return 2 end
+    ids[#ids + 1] = id
+  end
+  local html = M.render(db, ids)
+  db:close()
+  local f, err = io.open(out, "w")
+  if not f then io.stderr:write("vsalab report: ", tostring(err), "\n"); return 2 end
+  f:write(html)
+  f:close()
+  print(string.format("wrote %s (%d bytes, runs %s)", out, #html, table.concat(ids, ", ")))
+  return 0
+end
+
+return M

@@ -1,0 +1,41 @@
+-- vsalab report: a self-contained HTML file, rendered by headless Chromium
+-- (Debian's package, installed by scripts/setup.sh) into a non-blank PNG.
+local H = require "helpers"
+
+describe("vsalab report", function()
+  local dir = H.tmpdir()
+  local db = dir .. "/r.db"
+  assert.equal(0, (H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua")))
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("writes one self-contained HTML file", function()
+    local rc, out, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/r.html latest")
+    assert(rc == 0, err)
+    assert.truthy(out:match("wrote"))
+    local f = assert(io.open(dir .. "/r.html"))
+    local html = f:read("*a")
+    f:close()
+    assert.truthy(html:find("<svg", 1, true))
+    assert.truthy(html:find("Errors against the fp64 oracle", 1, true))
+    assert.truthy(html:find("experiments/smoke.lua", 1, true))
+    assert.falsy(html:find("<script", 1, true))
+    assert.falsy(html:find("https?://[%w.]+/[^\"]*%.js"))
+    assert.equal(2, (H.vsalab("report --db " .. db .. " 99")))
+  end)
+
+  it("renders in headless Chromium to a picture that is not blank", function()
+    local chromium = os.execute("command -v chromium >/dev/null 2>&1") == 0
+    assert(chromium, "chromium is not installed (scripts/setup.sh installs it)")
+    H.vsalab("report --db " .. db .. " -o " .. dir .. "/r.html")
+    local rc = H.sh("timeout 90 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars " ..
+      "--window-size=1100,1400 --screenshot=" .. dir .. "/r.png file://" .. dir .. "/r.html")
+    assert.equal(0, rc)
+    local f = assert(io.open(dir .. "/r.png", "rb"))
+    local png = f:read("*a")
+    f:close()
+    assert.equal("\137PNG", png:sub(1, 4))
+    -- A blank 1100x1400 page compresses to a few KB; text, tables and a
+    -- chart do not.
+    assert.is_true(#png > 30000, "screenshot only " .. #png .. " bytes")
+  end)
+end)
