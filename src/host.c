@@ -114,6 +114,7 @@ open_core(lua_State *L)
   vsa_lua_open_bsa(L);
   vsa_lua_open_bench(L);
   vsa_lua_open_db(L);
+  vsa_lua_open_gemm(L);
   lua_pushstring(L, VSA_VERSION);
   lua_setfield(L, -2, "version");
   lua_pushstring(L, VSA_GIT_REV);

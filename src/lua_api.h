@@ -50,5 +50,6 @@ void vsa_lua_open_tensor(lua_State *L);
 void vsa_lua_open_bsa(lua_State *L);
 void vsa_lua_open_bench(lua_State *L);
 void vsa_lua_open_db(lua_State *L);
+void vsa_lua_open_gemm(lua_State *L);
 
 #endif

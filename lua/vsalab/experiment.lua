@@ -96,6 +96,19 @@ function M.run(e)
   end
   -- --resume: what the run already holds, per point hash and kernel.
   e.measured = run.measured()
+  -- The bf16 GEMM ceiling in this run, so every figure has its % of it.
+  if device ~= "cpu" and e.gemm ~= false and not (e.measured.gemm and e.measured.gemm.gemm_bf16) then
+    local ok, g = pcall(core.gemm_ceiling)
+    if ok then
+      e.gemm = g.tflops
+      run.log{experiment = e.name, kernel = "gemm_bf16", B = 1, Sq = g.n, Skv = g.n, D = g.n,
+        ms_median = g.ms, tflops = g.tflops, point_hash = "gemm", mode = "hot",
+        note = string.format("cuBLAS bf16 GEMM %d^3, fp32 accumulation: the ceiling", g.n)}
+      io.stderr:write(string.format("%s: bf16 GEMM ceiling %.0f TFLOPS (n=%d)\n", e.name, g.tflops, g.n))
+    else
+      io.stderr:write(e.name, ": no GEMM ceiling measured: ", tostring(g), "\n")
+    end
+  end
   local timeout = (package.loaded.vsalab.context or {}).point_timeout
   for i, c in ipairs(e.configs) do
     if e.only_kernel then c.only_kernel = e.only_kernel end
@@ -125,7 +138,7 @@ function M.run(e)
       report.progress(i, n, "skipped (" .. why .. ")")
     end
   end
-  M.summary(rows, e.anchors)
+  M.summary(rows, e.anchors, e.gemm)
   return rows
 end
 
@@ -240,7 +253,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
   end
 end
 
-function M.summary(rows, anchors)
+function M.summary(rows, anchors, gemm)
   local t = {}
   for _, r in ipairs(rows) do
     local e = r.errors or {}
@@ -249,6 +262,7 @@ function M.summary(rows, anchors)
       topk = r.topk, ms = r.ms_median, tflops = r.tflops,
       dq = err("dq"), dk = err("dk"), dv = err("dv"),
       ok = r.passed == nil and "-" or (r.passed == 1 and "pass" or "FAIL"),
+      gemm = (r.tflops and gemm) and (100 * r.tflops / gemm) or nil,
       anchor = anchors and anchors(r) or nil}
   end
   print()
@@ -257,6 +271,7 @@ function M.summary(rows, anchors)
     {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
     {key = "ms", title = "ms (median)", fmt = "%.3f"},
     {key = "tflops", title = "TFLOPS", fmt = "%.1f"},
+    {key = "gemm", title = "% GEMM", fmt = "%.0f"},
     {key = "dq", title = "dq rel L2", fmt = "%.2e"},
     {key = "dk", title = "dk rel L2", fmt = "%.2e"},
     {key = "dv", title = "dv rel L2", fmt = "%.2e"},

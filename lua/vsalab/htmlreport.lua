@@ -115,7 +115,7 @@ function M.render(db, ids)
     -- One chart per experiment (and head count): kernel x density series.
     local groups, order = {}, {}
     for _, r in ipairs(rows) do
-      if r.tflops and r.Sq then
+      if r.tflops and r.Sq and r.kernel ~= "gemm_bf16" then
         local g = r.experiment .. " · B" .. tostring(r.B) .. " H" .. tostring(r.H) .. " D" .. tostring(r.D)
         if not groups[g] then groups[g] = {series = {}, H = r.H}; order[#order + 1] = g end
         local key = string.format("%s %.0f%%", r.kernel, 100 * (r.density or 0))
@@ -141,7 +141,13 @@ function M.render(db, ids)
       o[#o + 1] = chart(g, series)
     end
     if #order == 0 then o[#o + 1] = '<div class="note">No timed rows with TFLOPS in this run.</div>' end
-    o[#o + 1] = '<div class="note">The bf16 GEMM ceiling was not measured in this run, so no "% of GEMM" figure is shown; anchors are published figures from another run, not side-by-side measurements.</div>'
+    local gemm = db:q("SELECT tflops FROM result WHERE run_id = ? AND kernel = 'gemm_bf16' ORDER BY id DESC LIMIT 1", id)[1]
+    gemm = gemm and gemm.tflops
+    if gemm then
+      o[#o + 1] = string.format('<div class="note">bf16 GEMM ceiling measured in this run (cuBLAS): <b>%.0f TFLOPS</b>; the %% GEMM column gives each figure as a share of it. Anchors are published figures from another run, not side-by-side measurements.</div>', gemm)
+    else
+      o[#o + 1] = '<div class="note">The bf16 GEMM ceiling was not measured in this run, so no "% of GEMM" figure is shown; anchors are published figures from another run, not side-by-side measurements.</div>'
+    end
     -- Worst error per output per kernel.
     local errs = db:q([[SELECT r.kernel, e.output, max(e.rel_l2) AS worst, sum(e.passed = 0) AS failed, count(*) AS n
       FROM result r JOIN result_error e ON e.result_id = r.id WHERE r.run_id = ?
@@ -155,14 +161,17 @@ function M.render(db, ids)
       o[#o + 1] = "</table>"
     end
     o[#o + 1] = "<h2>All rows</h2><table><tr>"
-    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ms_median", "rel_stddev", "tflops", "passed", "worst_output", "worst_rel_l2", "note"}
+    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
+    for _, r in ipairs(rows) do
+      if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
+    end
     for _, c in ipairs(cols) do o[#o + 1] = string.format('<th class="%s">%s</th>', c == "note" and "l" or "", c) end
     o[#o + 1] = "</tr>"
     for _, r in ipairs(rows) do
       o[#o + 1] = "<tr>"
       for _, c in ipairs(cols) do
         local v = r[c]
-        local f = ({density = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.1f", worst_rel_l2 = "%.2e"})[c]
+        local f = ({density = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.1f", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
         local cls = (c == "note" or c == "experiment" or c == "kernel" or c == "worst_output") and "l" or ""
         if c == "passed" and v ~= nil then cls = v == 1 and "pass" or "fail"; v = v == 1 and "pass" or "FAIL" end
         o[#o + 1] = string.format('<td class="%s">%s</td>', cls, fmt(v, f))
