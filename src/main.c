@@ -186,6 +186,35 @@ cmd_repl(int argc, char **argv)
   return rc;
 }
 
+/* Commands written in Lua: require(module).main(args) gives the exit
+ * status. with_name passes the command name as the first argument; logs
+ * marks commands that log a run of their own (into the --db they read). */
+typedef struct {
+  const char *name, *module;
+  int with_name, logs;
+} lua_command;
+
+static const lua_command lua_commands[] = {
+    {"runs", "vsalab.query", 1, 0},      {"show", "vsalab.query", 1, 0},
+    {"query", "vsalab.query", 1, 0},     {"report", "vsalab.htmlreport", 0, 0},
+    {"compare", "vsalab.compare", 0, 0}, {"rerun", "vsalab.rerun", 0, 1},
+    {NULL, NULL, 0, 0}};
+
+static int
+cmd_lua(const lua_command *c, int argc, char **argv)
+{
+  vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 0};
+  for (int i = 2; c->logs && i + 1 < argc; i++)
+    if (strcmp(argv[i], "--db") == 0) o.db_path = argv[i + 1];
+  lua_State *L = vsa_host_new(&o);
+  if (!L) return 1;
+  int skip = c->with_name ? 1 : 2;
+  int rc = vsa_host_run_module(L, c->module, argc - skip, argv + skip);
+  if (c->logs && rc == 0) vsa_host_finish(L, "finished", NULL);
+  lua_close(L);
+  return rc;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -201,41 +230,8 @@ main(int argc, char **argv)
     return 0;
   }
   if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);
-  if (strcmp(argv[1], "runs") == 0 || strcmp(argv[1], "show") == 0 ||
-      strcmp(argv[1], "query") == 0) {
-    /* Read-only result commands (lua/vsalab/query.lua): the command name
-     * goes first. */
-    vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 0};
-    lua_State *L = vsa_host_new(&o);
-    if (!L) return 1;
-    int rc = vsa_host_run_module(L, "vsalab.query", argc - 1, argv + 1);
-    lua_close(L);
-    return rc;
-  }
-  if (strcmp(argv[1], "report") == 0) {
-    vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 0};
-    lua_State *L = vsa_host_new(&o);
-    if (!L) return 1;
-    int rc = vsa_host_run_module(L, "vsalab.htmlreport", argc - 2, argv + 2);
-    lua_close(L);
-    return rc;
-  }
-  if (strcmp(argv[1], "compare") == 0 || strcmp(argv[1], "rerun") == 0) {
-    /* Commands written in Lua: lua/vsalab/<command>.lua's main(args). */
-    vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 0};
-    int rerun = strcmp(argv[1], "rerun") == 0;
-    /* rerun logs a new run: into the --db it reads from. */
-    for (int i = 2; rerun && i + 1 < argc; i++)
-      if (strcmp(argv[i], "--db") == 0) o.db_path = argv[i + 1];
-    lua_State *L = vsa_host_new(&o);
-    if (!L) return 1;
-    char module[32];
-    snprintf(module, sizeof module, "vsalab.%s", argv[1]);
-    int rc = vsa_host_run_module(L, module, argc - 2, argv + 2);
-    if (rerun && rc == 0) vsa_host_finish(L, "finished", NULL);
-    lua_close(L);
-    return rc;
-  }
+  for (const lua_command *c = lua_commands; c->name; c++)
+    if (strcmp(argv[1], c->name) == 0) return cmd_lua(c, argc, argv);
   fprintf(stderr, "vsalab: unknown command '%s' (see vsalab help)\n", argv[1]);
   return 2;
 }
