@@ -4,7 +4,8 @@
 local H = {}
 
 H.exe = vsalab.context.exe
-H.root = os.getenv("VSALAB_ROOT") or "."
+H.root = os.getenv("VSALAB_ROOT") or os.getenv("PWD") or "."
+if H.root:sub(1, 1) ~= "/" then H.root = (os.getenv("PWD") or ".") .. "/" .. H.root end
 
 local seed = tonumber(os.getenv("VSALAB_TEST_SEED") or "") or (os.time() % 1000000)
 io.stderr:write("[specs] seed ", seed, " (VSALAB_TEST_SEED to replay)\n")
