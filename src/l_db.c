@@ -518,6 +518,14 @@ l_db_q(lua_State *L)
     lua_rawseti(L, -2, ++nrow);
   }
   if (rc != SQLITE_DONE) return raise_stmt(L, u, g, sql);
+  /* rows.columns: the result's column names in order (NULL cells are
+   * absent from the row tables, so this is the only place they show). */
+  lua_createtable(L, ncol, 0);
+  for (int c = 0; c < ncol; c++) {
+    lua_pushstring(L, sqlite3_column_name(*g, c));
+    lua_rawseti(L, -2, c + 1);
+  }
+  lua_setfield(L, -2, "columns");
   int writes = !sqlite3_stmt_readonly(*g);
   sqlite3_finalize(*g);
   *g = NULL;

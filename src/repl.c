@@ -145,7 +145,8 @@ incomplete(lua_State *L, int status)
 }
 
 /* Compile buf: as an expression first, then as a statement. Leaves the
- * function (or the error message) on the stack. */
+ * function (or the error message) on the stack. An expression cut short
+ * ("1 +") counts as unfinished when the statement reading fails too. */
 static int
 compile(lua_State *L, const char *buf)
 {
@@ -154,8 +155,14 @@ compile(lua_State *L, const char *buf)
   int status = luaL_loadbuffer(L, lua_tostring(L, -1), lua_objlen(L, -1), "=stdin");
   lua_remove(L, -2);
   if (status == 0 || buf[0] == '=') return status;
+  int expr_unfinished = incomplete(L, status);
   lua_pop(L, 1);
-  return luaL_loadbuffer(L, buf, strlen(buf), "=stdin");
+  status = luaL_loadbuffer(L, buf, strlen(buf), "=stdin");
+  if (status != 0 && expr_unfinished && !incomplete(L, status)) {
+    lua_pop(L, 1);
+    lua_pushliteral(L, "unfinished expression near '<eof>'");
+  }
+  return status;
 }
 
 static void
@@ -225,6 +232,12 @@ vsa_repl(lua_State *L)
     char *line = readline(buf ? ">> " : "> ");
     at_prompt = 0;
     sigaction(SIGINT, &old, NULL);
+    if (!line && buf) { /* Ctrl-D inside a chunk: drop the chunk */
+      printf("\n");
+      free(buf);
+      buf = NULL;
+      continue;
+    }
     if (!line) break; /* Ctrl-D */
     if (!buf && !*line) {
       free(line);

@@ -17,7 +17,8 @@
 --              overlap: rerun with more samples
 -- A row that passed in A and fails in B is flagged NEW FAIL; an output
 -- whose rel L2 grew more than 2x is flagged ERR UP. Exit status 1 when any
--- point is SLOW or NEW FAIL (so it can gate a CI job), 2 on usage errors.
+-- point is SLOW or NEW FAIL, or no point matches (so it can gate a CI job),
+-- 2 on usage errors.
 local core = require "vsalab.core"
 local report = require "vsalab.report"
 
@@ -107,7 +108,8 @@ function M.compare(db, a, b, opts)
       end
     end
     if v == "SLOW" or flags[1] == "NEW FAIL" then gate = true end
-    out[#out + 1] = {experiment = rb.experiment, kernel = rb.kernel, H = rb.H, S = rb.Sq,
+    out[#out + 1] = {experiment = rb.experiment, kernel = rb.kernel, B = rb.B, H = rb.H, S = rb.Sq,
+      ragged = rb.ragged,
       density = rb.density, a_ms = ra.ms_median, b_ms = rb.ms_median, ratio = ratio,
       verdict = v, flags = table.concat(flags, ", ")}
   end
@@ -155,7 +157,8 @@ function M.main(argv)
   db:close()
   print(string.format("run %d (baseline) vs run %d: %d matching points, floors %.3g%% and %.3g ms",
     a, b, #rows, opts.floor_pct, opts.floor_ms))
-  report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "H", fmt = "%d"},
+  report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "B", fmt = "%d"},
+    {key = "H", fmt = "%d"}, {key = "ragged", fmt = "%d"},
     {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"},
     {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
     {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
@@ -163,6 +166,10 @@ function M.main(argv)
   for _, r in ipairs(rows) do counts[r.verdict] = (counts[r.verdict] or 0) + 1 end
   print(string.format("SAME %d  FAST %d  SLOW %d  AMBIGUOUS %d", counts.SAME or 0,
     counts.FAST or 0, counts.SLOW or 0, counts.AMBIGUOUS or 0))
+  if #rows == 0 then
+    io.stderr:write("vsalab compare: no point of run ", b, " matches run ", a, "\n")
+    return 1
+  end
   return gate and 1 or 0
 end
 

@@ -164,7 +164,8 @@ function M.run_config(e, i, c, device, seed, rows, n)
         todo[#todo + 1] = b.name
       end
     end
-    if done.invert and #todo == 0 then
+    if c.only_kernel == "invert" and not done.invert then todo[#todo + 1] = "invert" end
+    if (done.invert or (c.only_kernel and c.only_kernel ~= "invert")) and #todo == 0 then
       report.progress(i, n, "already measured in this run (resume)")
       return
     end
@@ -175,7 +176,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
     local label = shape_of(c, p)
 
     -- Inversion (q2k -> k2q), kernel only, into the existing buffers.
-    if not done.invert then
+    if not done.invert and not (c.only_kernel and c.only_kernel ~= "invert") then
       local st = bench.bench(function()
         core.invert_indices(p.q2k_idx, p.q2k_num, p.nkv,
           {out = {p.k2q_idx, p.k2q_num}, check = false})

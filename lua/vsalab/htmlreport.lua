@@ -93,12 +93,14 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bot
 table{border-collapse:collapse;margin:8px 0;font-size:12.5px} td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 th{background:#f6f6f6} td.l,th.l{text-align:left} .muted{color:#777} .fail{color:#b00;font-weight:600}
 .pass{color:#070} .note{background:#fffbe6;border:1px solid #f0e0a0;padding:6px 10px;margin:8px 0}
+td.wrap{max-width:260px;white-space:normal;text-align:left} .scroll{overflow-x:auto}
 ]]
 
 -- The HTML text for runs (ids) of db.
 function M.render(db, ids)
   local o = {"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>vsalab report</title><style>", css, "</style></head><body>"}
-  o[#o + 1] = string.format("<h1>vsalab report</h1><div class=\"muted\">runs %s · generated %s · vsalab %s</div>",
+  o[#o + 1] = string.format("<h1>vsalab report</h1><div class=\"muted\">run%s %s · generated %s · vsalab %s</div>",
+    #ids > 1 and "s" or "",
     esc(table.concat(ids, ", ")), os.date("!%Y-%m-%d %H:%M UTC"), esc(core.version))
   for _, id in ipairs(ids) do
     local run = db:q("SELECT * FROM run WHERE id = ?", id)[1]
@@ -120,22 +122,27 @@ function M.render(db, ids)
         if not groups[g] then groups[g] = {series = {}, H = r.H}; order[#order + 1] = g end
         local key = string.format("%s %.0f%%", r.kernel, 100 * (r.density or 0))
         local s = groups[g].series[key]
-        if not s then s = {name = key, points = {}}; groups[g].series[key] = s end
+        if not s then
+          s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0}
+          groups[g].series[key] = s
+        end
         s.points[#s.points + 1] = {r.Sq, r.tflops}
       end
     end
+    local any_anchor = false
     for _, g in ipairs(order) do
-      local series, names = {}, {}
-      for name in pairs(groups[g].series) do names[#names + 1] = name end
-      table.sort(names)
-      for i, name in ipairs(names) do
-        local s = groups[g].series[name]
-        s.color = palette[(i - 1) % #palette + 1]
-        series[#series + 1] = s
-      end
+      local series = {}
+      for _, s in pairs(groups[g].series) do series[#series + 1] = s end
+      -- Legend by kernel, then density as a number.
+      table.sort(series, function(a, b)
+        if a.kernel ~= b.kernel then return a.kernel < b.kernel end
+        return a.density < b.density
+      end)
+      for i, s in ipairs(series) do s.color = palette[(i - 1) % #palette + 1] end
       for _, a in ipairs(M.anchors) do
         if a.H == groups[g].H then
           series[#series + 1] = {name = a.name, color = "#555", dashed = true, points = a.points}
+          any_anchor = true
         end
       end
       o[#o + 1] = chart(g, series)
@@ -144,9 +151,12 @@ function M.render(db, ids)
     local gemm = db:q("SELECT tflops FROM result WHERE run_id = ? AND kernel = 'gemm_bf16' ORDER BY id DESC LIMIT 1", id)[1]
     gemm = gemm and gemm.tflops
     if gemm then
-      o[#o + 1] = string.format('<div class="note">bf16 GEMM ceiling measured in this run (cuBLAS): <b>%.0f TFLOPS</b>; the %% GEMM column gives each figure as a share of it. Anchors are published figures from another run, not side-by-side measurements.</div>', gemm)
+      o[#o + 1] = string.format('<div class="note">bf16 GEMM ceiling measured in this run (cuBLAS): <b>%.0f TFLOPS</b>; the pct_gemm column gives each figure as a share of it.</div>', gemm)
     else
-      o[#o + 1] = '<div class="note">The bf16 GEMM ceiling was not measured in this run, so no "% of GEMM" figure is shown; anchors are published figures from another run, not side-by-side measurements.</div>'
+      o[#o + 1] = '<div class="note">The bf16 GEMM ceiling was not measured in this run, so no "% of GEMM" figure is shown.</div>'
+    end
+    if any_anchor then
+      o[#o + 1] = '<div class="note">Dashed lines are published figures (../shared/ANCHORS.md) from another run on the same kind of card, not side-by-side measurements.</div>'
     end
     -- Worst error per output per kernel.
     local errs = db:q([[SELECT r.kernel, e.output, max(e.rel_l2) AS worst, sum(e.passed = 0) AS failed, count(*) AS n
@@ -160,7 +170,7 @@ function M.render(db, ids)
       end
       o[#o + 1] = "</table>"
     end
-    o[#o + 1] = "<h2>All rows</h2><table><tr>"
+    o[#o + 1] = '<h2>All rows</h2><div class="scroll"><table><tr>'
     local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
     for _, r in ipairs(rows) do
       if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
@@ -172,13 +182,13 @@ function M.render(db, ids)
       for _, c in ipairs(cols) do
         local v = r[c]
         local f = ({density = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.1f", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
-        local cls = (c == "note" or c == "experiment" or c == "kernel" or c == "worst_output") and "l" or ""
+        local cls = c == "note" and "wrap" or ((c == "experiment" or c == "kernel" or c == "worst_output") and "l" or "")
         if c == "passed" and v ~= nil then cls = v == 1 and "pass" or "fail"; v = v == 1 and "pass" or "FAIL" end
         o[#o + 1] = string.format('<td class="%s">%s</td>', cls, fmt(v, f))
       end
       o[#o + 1] = "</tr>"
     end
-    o[#o + 1] = "</table>"
+    o[#o + 1] = "</table></div>"
   end
   o[#o + 1] = "</body></html>\n"
   return table.concat(o, "\n")

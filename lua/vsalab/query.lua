@@ -137,15 +137,15 @@ function M.main(argv)
     if o.format == "table" then
       print(string.format("run %d  %s  %s  %s → %s", run.id, run.status, tostring(run.script),
         tostring(run.started_at), tostring(run.ended_at or "-")))
-      print(string.format("  %s (cc %s, %s SMs), driver %s, runtime %s, rev %s, seed %s",
-        tostring(run.gpu_name), tostring(run.gpu_cc), tostring(run.sm_count), tostring(run.driver_version),
+      local gpu = run.gpu_name and string.format("%s (cc %s, %s SMs), driver %s", run.gpu_name,
+        tostring(run.gpu_cc), tostring(run.sm_count), tostring(run.driver_version)) or "no GPU"
+      print(string.format("  %s, CUDA runtime %s, rev %s, seed %s", gpu,
         tostring(run.runtime_version), tostring(run.git_rev), tostring(run.seed)))
       if run.error then print("  error: " .. run.error:gsub("\n.*", "")) end
     end
-    local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ms_median,
-        tflops, passed, worst_output, worst_rel_l2 FROM result_summary WHERE run_id = ? ORDER BY id]], id)
-    M.print_rows(rows, {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk",
-      "ms_median", "tflops", "passed", "worst_output", "worst_rel_l2"}, o.format)
+    local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ragged, ms_median,
+        tflops, passed, worst_output, worst_rel_l2, note FROM result_summary WHERE run_id = ? ORDER BY id]], id)
+    M.print_rows(rows, rows.columns, o.format)
   elseif cmd == "query" then
     if #o.rest < 1 then return fail(usage.query) end
     local sql = table.remove(o.rest, 1)
@@ -153,7 +153,7 @@ function M.main(argv)
     for i, v in ipairs(o.rest) do vals[i] = tonumber(v) or v end
     local okq, rows = pcall(db.q, db, sql, unpack(vals))
     if not okq then return fail(tostring(rows), 1) end
-    M.print_rows(rows, columns_of(rows), o.format)
+    M.print_rows(rows, rows.columns or columns_of(rows), o.format)
   else
     return fail("unknown command")
   end

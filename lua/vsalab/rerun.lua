@@ -88,7 +88,8 @@ function M.main(argv)
   if not row_id then io.stderr:write("usage: vsalab rerun [--db PATH] ROW\n"); return 2 end
   local ok, db = pcall(core.db_open, db_path, {readonly = true})
   if not ok then io.stderr:write("vsalab rerun: ", tostring(db), "\n"); return 2 end
-  local r = db:q("SELECT r.*, run.seed AS run_seed FROM result r JOIN run ON run.id = r.run_id WHERE r.id = ?", row_id)[1]
+  local r = db:q([[SELECT r.*, run.seed AS run_seed, run.gpu_name AS gpu_name
+                   FROM result r JOIN run ON run.id = r.run_id WHERE r.id = ?]], row_id)[1]
   db:close()
   if not r then io.stderr:write("vsalab rerun: no result row ", row_id, "\n"); return 2 end
   local extra = r.extra and json_decode(r.extra) or {}
@@ -97,12 +98,17 @@ function M.main(argv)
     return 2
   end
   local exp = require "vsalab.experiment"
-  package.loaded.vsalab.context.script = "rerun of row " .. row_id
-  local device = extra.point.device or ((r.kernel == "reference" and extra.clock == "host") and "cpu" or "cuda")
-  io.stderr:write(string.format("rerun of row %d: %s %s, run seed %s, point %s\n", row_id,
-    r.experiment, r.kernel, tostring(r.run_seed), tostring(r.point_hash)))
-  exp.run{name = r.experiment .. "-rerun", device = device, configs = {extra.point},
-    seed = r.run_seed, only_kernel = r.kernel ~= "invert" and r.kernel or nil,
+  -- The new run records what it reran and with which seed, so `vsalab
+  -- compare` can match it point by point against the original.
+  local ctx = package.loaded.vsalab.context
+  ctx.script = "rerun of row " .. row_id
+  ctx.seed = r.run_seed
+  -- Where it ran: rows made on a machine without a GPU carry no gpu_name.
+  local device = r.gpu_name and "cuda" or "cpu"
+  io.stderr:write(string.format("rerun of row %d: %s %s on %s, run seed %s, point %s\n", row_id,
+    r.experiment, r.kernel, device, tostring(r.run_seed), tostring(r.point_hash)))
+  exp.run{name = r.experiment, device = device, configs = {extra.point},
+    seed = r.run_seed, only_kernel = r.kernel,
     check = extra.q_blocks and {q_blocks = extra.q_blocks, kv_blocks = extra.kv_blocks} or "full"}
   return 0
 end

@@ -54,7 +54,8 @@ function M.current()
       db:close()
       error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0)
     end
-    if r.script and ctx.script and r.script ~= ctx.script then
+    local function base(path) return (path:match("([^/]+)$")) end
+    if r.script and ctx.script and base(r.script) ~= base(ctx.script) then
       db:close()
       error(string.format("--resume: run %d ran %s, not %s", r.id, r.script, ctx.script), 0)
     end

@@ -12,7 +12,7 @@
 --     skip = function(pt) if pt.H > 16 and pt.tokens > 65536 then return "too big" end end,
 --   }
 --   sw:override(arg)   -- apply -a name=... from the command line
---   for i, pt in sw:each() do ... end
+--   for _, pt in ipairs(sw:points()) do ... end
 --
 -- Points are the cartesian product of the axes (first axis slowest), times
 -- each row of a zipped group (coupled parameters that move together), plus
@@ -32,7 +32,10 @@ function M.range(start, stop, step)
   step = step or 1
   assert(step > 0, "range: step must be positive")
   local t = {}
-  for v = start, stop + step * 1e-9, step do t[#t + 1] = v end
+  -- Rounded to 12 significant digits, so 0.1 steps give 1.0, not
+  -- 0.9999999999999998 (a point's hash depends on the exact value).
+  local n = math.floor((stop - start) / step + 1e-9)
+  for i = 0, n do t[#t + 1] = tonumber(string.format("%.12g", start + i * step)) end
   return t
 end
 
@@ -185,7 +188,8 @@ function Sweep:points()
   return out
 end
 
--- "N points (M skipped)" and, given seconds_per_point(pt), an estimate.
+-- "N points to run, M skipped" (+ an estimate given seconds_per_point(pt)),
+-- and the points.
 function Sweep:describe(seconds_per_point)
   local pts = self:points()
   local run, skipped, est = 0, 0, 0
@@ -196,7 +200,7 @@ function Sweep:describe(seconds_per_point)
       if seconds_per_point then est = est + seconds_per_point(p) end
     end
   end
-  local s = string.format("%d points (%d skipped)", run, skipped)
+  local s = string.format("%d points to run, %d skipped", run, skipped)
   if seconds_per_point then s = s .. string.format(", about %.0f s", est) end
   return s, pts
 end

@@ -98,6 +98,9 @@ describe("vsalab rerun", function()
     -- The reference is deterministic: identical inputs give identical errors.
     local e1 = d:q("SELECT output, rel_l2 FROM result_error WHERE result_id = ? ORDER BY output", row.id)
     local e2 = d:q("SELECT output, rel_l2 FROM result_error WHERE result_id = ? ORDER BY output", new[1].id)
+    -- The rerun has the original's experiment name and seed: compare matches it.
+    local rc3, out3 = H.vsalab("compare --db " .. db .. " 1 2")
+    assert.truthy(out3:match("1 matching points"))
     assert.same(e1, e2)
     assert.equal("finished", d:q("SELECT status FROM run WHERE id = 2")[1].status)
     d:close()
