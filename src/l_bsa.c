@@ -1,8 +1,9 @@
 /* l_bsa.c — Lua bindings for block-sparse attention: metadata builders,
- * q2k -> k2q inversion, the reference forward/backward (CPU and GPU), the
- * fp64 oracle and comparisons. Conventions (shapes, lse format, formulas) are
- * those of src/bsa.h; every argument error names the argument and what was
- * expected. Block ids inside index tensors are 0-based.
+ * q2k -> k2q inversion, the reference forward/backward (CPU and GPU) and
+ * the native sm90a backward (the oracle and compare are in l_check.c).
+ * Conventions (shapes, lse format, formulas) are those of src/bsa.h; every
+ * argument error names the argument and what was expected. Block ids inside
+ * index tensors are 0-based.
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,211 +13,8 @@
 #include "bsa.h"
 #include "check.h"
 #include "kernels.h"
+#include "l_args.h"
 #include "lua_api.h"
-
-// ----------------------------------------------------------------------------
-// argument helpers
-
-static void
-fmt_shape(const int64_t *s, int n, char *buf, size_t len)
-{
-  size_t k = snprintf(buf, len, "[");
-  for (int d = 0; d < n && k < len; d++)
-    k += snprintf(buf + k, len - k, d ? ",%lld" : "%lld", (long long)s[d]);
-  if (k < len) snprintf(buf + k, len - k, "]");
-}
-
-/* Raise "<name>: expected shape [..], got [..]" unless t has that shape. */
-static void
-expect_shape(lua_State *L, const vsa_tensor *t, const char *name, int n,
-             const int64_t *want)
-{
-  int ok = t->ndim == n;
-  for (int d = 0; ok && d < n; d++) ok = t->shape[d] == want[d];
-  if (ok) return;
-  char a[128], b[128];
-  fmt_shape(want, n, a, sizeof a);
-  fmt_shape(t->shape, t->ndim, b, sizeof b);
-  vsa_lua_errorf(L, "%s: expected shape %s, got %s", name, a, b);
-}
-
-static void
-expect_device(lua_State *L, const vsa_tensor *t, const char *name, int dev,
-              const char *ref)
-{
-  if (t->device == dev) return;
-  vsa_lua_errorf(L, "%s: on %s%s, but %s is on %s%s", name,
-             t->device == VSA_CPU ? "cpu" : "cuda:",
-             t->device == VSA_CPU ? "" : lua_pushfstring(L, "%d", t->device),
-             ref, dev == VSA_CPU ? "cpu" : "cuda:",
-             dev == VSA_CPU ? "" : lua_pushfstring(L, "%d", dev));
-}
-
-/* An index tensor argument: i32 as is, i64 converted to a new i32 tensor
- * (pushed on the stack, kept alive by it). */
-static vsa_tensor *
-index_arg(lua_State *L, int idx, const char *name, int ndim)
-{
-  vsa_tensor *t = luaL_testudata(L, idx, VSA_TENSOR_MT);
-  if (t && t->st && t->dtype == VSA_I64) {
-    vsa_lua_checkarg(L, idx, name, VSA_I64, ndim);
-    vsa_tensor *c = vsa_lua_newtensor(L, VSA_I32, t->device, t->ndim, t->shape);
-    if (vsa_tensor_convert(c, t) != 0) vsa_lua_raise(L);
-    lua_replace(L, idx);
-    return c;
-  }
-  return vsa_lua_checkarg(L, idx, name, VSA_I32, ndim);
-}
-
-static int
-field_int(lua_State *L, int idx, const char *k, int required, long long def,
-          long long lo, long long hi)
-{
-  lua_getfield(L, idx, k);
-  long long v = def;
-  if (lua_isnil(L, -1)) {
-    if (required) vsa_lua_errorf(L, "field '%s' is required", k);
-  } else {
-    lua_Number n = lua_tonumber(L, -1);
-    if (lua_type(L, -1) != LUA_TNUMBER || n != floor(n) || n < lo || n > hi)
-      vsa_lua_errorf(L, "field '%s' must be an integer in [%lld, %lld]", k, lo, hi);
-    v = (long long)n;
-  }
-  lua_pop(L, 1);
-  return (int)v;
-}
-
-static double
-field_num(lua_State *L, int idx, const char *k, double def)
-{
-  lua_getfield(L, idx, k);
-  double v = def;
-  if (!lua_isnil(L, -1)) {
-    if (lua_type(L, -1) != LUA_TNUMBER)
-      vsa_lua_errorf(L, "field '%s' must be a number", k);
-    v = lua_tonumber(L, -1);
-  }
-  lua_pop(L, 1);
-  return v;
-}
-
-static int
-field_bool(lua_State *L, int idx, const char *k, int def)
-{
-  lua_getfield(L, idx, k);
-  int v = lua_isnil(L, -1) ? def : lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  return v;
-}
-
-/* Device from field 'device' ("cpu", "cuda", "cuda:N"); default cpu. */
-static int
-field_device(lua_State *L, int idx)
-{
-  lua_getfield(L, idx, "device");
-  int dev = VSA_CPU;
-  if (!lua_isnil(L, -1)) {
-    const char *s = lua_tostring(L, -1);
-    int n;
-    char tail;
-    if (s && strcmp(s, "cpu") == 0) dev = VSA_CPU;
-    else if (s && strcmp(s, "cuda") == 0) dev = vsa_lua_current_device();
-    else if (s && sscanf(s, "cuda:%d%c", &n, &tail) == 1 && n >= 0) dev = n;
-    else vsa_lua_errorf(L, "field 'device' must be 'cpu', 'cuda' or 'cuda:N'");
-  }
-  lua_pop(L, 1);
-  return dev;
-}
-
-/* Copy host tensor h into a new tensor on dev (h itself when dev is cpu);
- * the result is left on top of the stack. */
-static vsa_tensor *
-push_on_device(lua_State *L, int h_idx, int dev)
-{
-  vsa_tensor *h = lua_touserdata(L, h_idx);
-  if (dev == VSA_CPU) {
-    lua_pushvalue(L, h_idx);
-    return h;
-  }
-  vsa_tensor *d = vsa_lua_newtensor(L, h->dtype, dev, h->ndim, h->shape);
-  if (vsa_tensor_copy(d, h) != 0) vsa_lua_raise(L);
-  return d;
-}
-
-static void
-raise_cuda(lua_State *L, cudaError_t e, const char *what)
-{
-  vsa_fail_cuda(e, what, __FILE__, __LINE__);
-  vsa_lua_raise(L);
-}
-
-/* Raise on a key of the options table at idx that fn does not take, so a
- * misspelt option (smscale=) is an error instead of a silent default. */
-static void
-check_keys(lua_State *L, int idx, const char *fn, const char *const *allowed)
-{
-  if (!lua_istable(L, idx)) return;
-  lua_pushnil(L);
-  while (lua_next(L, idx) != 0) {
-    lua_pop(L, 1);
-    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    int ok = 0;
-    for (int i = 0; k && allowed[i]; i++) ok |= strcmp(k, allowed[i]) == 0;
-    if (!ok) {
-      char list[256] = "";
-      for (int i = 0; allowed[i]; i++) {
-        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-        strncat(list, allowed[i], sizeof list - strlen(list) - 1);
-      }
-      vsa_lua_errorf(L, "%s: unknown option '%s' (takes %s)", fn,
-                     k ? k : luaL_typename(L, -1), list);
-    }
-  }
-}
-
-// ----------------------------------------------------------------------------
-// device scratch (grow-only, one per process): inversion bitmaps, errors
-
-static void *scratch;
-static size_t scratch_bytes;
-static int scratch_device = -2;
-static vsa_list_error *d_list_error;
-static vsa_compare_sums *d_compare_sums;
-
-static void *
-get_scratch(lua_State *L, int dev, size_t bytes)
-{
-  if (scratch_device != dev) {
-    if (scratch) cudaFree(scratch);
-    if (d_list_error) cudaFree(d_list_error);
-    if (d_compare_sums) cudaFree(d_compare_sums);
-    scratch = NULL;
-    d_list_error = NULL;
-    d_compare_sums = NULL;
-    scratch_bytes = 0;
-    scratch_device = dev;
-  }
-  cudaError_t e = cudaSetDevice(dev);
-  if (e == cudaSuccess && !d_list_error)
-    e = cudaMalloc((void **)&d_list_error, sizeof *d_list_error);
-  if (e == cudaSuccess && !d_compare_sums)
-    e = cudaMalloc((void **)&d_compare_sums, sizeof *d_compare_sums);
-  if (e == cudaSuccess && bytes > scratch_bytes) {
-    if (scratch) cudaFree(scratch);
-    scratch = NULL;
-    scratch_bytes = 0;
-    e = cudaMalloc(&scratch, bytes);
-    if (e == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      lua_gc(L, LUA_GCCOLLECT, 0);
-      e = cudaMalloc(&scratch, bytes);
-    }
-    if (e == cudaSuccess) scratch_bytes = bytes;
-  }
-  if (e != cudaSuccess) raise_cuda(L, e, "scratch allocation");
-  return scratch;
-}
-
 // ----------------------------------------------------------------------------
 // metadata builders
 
@@ -226,11 +24,11 @@ static int
 l_video_blocks(lua_State *L)
 {
   static const char *const keys[] = {"T", "H", "W", "tile", "device", NULL};
-  check_keys(L, 1, "video_blocks", keys);
+  vsa_arg_check_keys(L, 1, "video_blocks", keys);
   luaL_checktype(L, 1, LUA_TTABLE);
-  int T = field_int(L, 1, "T", 1, 0, 1, 1 << 20);
-  int Hh = field_int(L, 1, "H", 1, 0, 1, 1 << 20);
-  int W = field_int(L, 1, "W", 1, 0, 1, 1 << 20);
+  int T = vsa_arg_int(L, 1, "T", 1, 0, 1, 1 << 20);
+  int Hh = vsa_arg_int(L, 1, "H", 1, 0, 1, 1 << 20);
+  int W = vsa_arg_int(L, 1, "W", 1, 0, 1, 1 << 20);
   int tile[3] = {4, 4, 4};
   lua_getfield(L, 1, "tile");
   if (!lua_isnil(L, -1)) {
@@ -246,7 +44,7 @@ l_video_blocks(lua_State *L)
     }
   }
   lua_pop(L, 1);
-  int dev = field_device(L, 1);
+  int dev = vsa_arg_field_device(L, 1);
   int nblocks;
   if (vsa_build_video_blocks(T, Hh, W, tile[0], tile[1], tile[2], NULL,
                              &nblocks) != 0)
@@ -256,7 +54,7 @@ l_video_blocks(lua_State *L)
   if (vsa_build_video_blocks(T, Hh, W, tile[0], tile[1], tile[2],
                              vsa_tensor_data(h), &nblocks) != 0)
     return vsa_lua_raise(L);
-  push_on_device(L, lua_gettop(L), dev);
+  vsa_arg_push_on_device(L, lua_gettop(L), dev);
   lua_pushnumber(L, (lua_Number)nblocks * VSA_BLOCK);
   lua_pushinteger(L, nblocks);
   return 3;
@@ -269,12 +67,12 @@ static int
 l_random_topk(lua_State *L)
 {
   static const char *const keys[] = {"B", "H", "nq", "nkv", "topk", "density", "width", "ragged", "seed", "device", NULL};
-  check_keys(L, 1, "random_topk", keys);
+  vsa_arg_check_keys(L, 1, "random_topk", keys);
   luaL_checktype(L, 1, LUA_TTABLE);
-  int B = field_int(L, 1, "B", 1, 0, 1, 65535);
-  int H = field_int(L, 1, "H", 1, 0, 1, 65535);
-  int nq = field_int(L, 1, "nq", 1, 0, 1, 1 << 24);
-  int nkv = field_int(L, 1, "nkv", 1, 0, 1, 1 << 24);
+  int B = vsa_arg_int(L, 1, "B", 1, 0, 1, 65535);
+  int H = vsa_arg_int(L, 1, "H", 1, 0, 1, 65535);
+  int nq = vsa_arg_int(L, 1, "nq", 1, 0, 1, 1 << 24);
+  int nkv = vsa_arg_int(L, 1, "nkv", 1, 0, 1, 1 << 24);
   int topk;
   lua_getfield(L, 1, "topk");
   int has_topk = !lua_isnil(L, -1);
@@ -285,24 +83,24 @@ l_random_topk(lua_State *L)
   if (has_topk && has_density)
     return vsa_lua_errorf(L, "random_topk: give 'density' or 'topk', not both");
   if (has_topk) {
-    topk = field_int(L, 1, "topk", 1, 0, 0, nkv);
+    topk = vsa_arg_int(L, 1, "topk", 1, 0, 0, nkv);
   } else {
-    double d = field_num(L, 1, "density", NAN);
+    double d = vsa_arg_num(L, 1, "density", NAN);
     if (!(d > 0 && d <= 1))
       return vsa_lua_errorf(L, "field 'density' must be in (0, 1] (or give 'topk')");
     topk = (int)floor(d * nkv + 0.5);
     if (topk < 1) topk = 1;
   }
-  int width = field_int(L, 1, "width", 0, topk > 0 ? topk : 1, 1, 1 << 24);
+  int width = vsa_arg_int(L, 1, "width", 0, topk > 0 ? topk : 1, 1, 1 << 24);
   if (width < topk) return vsa_lua_errorf(L, "field 'width' (%d) must be >= topk (%d)", width, topk);
-  int ragged = field_bool(L, 1, "ragged", 0);
+  int ragged = vsa_arg_bool(L, 1, "ragged", 0);
   lua_getfield(L, 1, "seed");
   if (lua_isnil(L, -1)) return vsa_lua_errorf(L, "field 'seed' is required");
   lua_pop(L, 1);
-  double seed = field_num(L, 1, "seed", 0);
+  double seed = vsa_arg_num(L, 1, "seed", 0);
   if (!(seed >= 0 && seed == floor(seed) && seed < 9007199254740992.0))
     return vsa_lua_errorf(L, "field 'seed' must be an integer in [0, 2^53)");
-  int dev = field_device(L, 1);
+  int dev = vsa_arg_field_device(L, 1);
   int64_t si[4] = {B, H, nq, width}, sn[3] = {B, H, nq};
   vsa_tensor *hi = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 4, si);
   int hi_idx = lua_gettop(L);
@@ -312,8 +110,8 @@ l_random_topk(lua_State *L)
                             (uint64_t)seed, vsa_tensor_data(hi),
                             vsa_tensor_data(hn)) != 0)
     return vsa_lua_raise(L);
-  push_on_device(L, hi_idx, dev);
-  push_on_device(L, hn_idx, dev);
+  vsa_arg_push_on_device(L, hi_idx, dev);
+  vsa_arg_push_on_device(L, hn_idx, dev);
   lua_pushinteger(L, topk);
   return 3;
 }
@@ -365,14 +163,14 @@ invert_into(lua_State *L, const vsa_tensor *idx, const vsa_tensor *num,
     err.b = err.b / H;
   } else {
     size_t bytes = bsa_invert_scratch_bytes(BH, rows, cols);
-    void *ws = get_scratch(L, idx->device, bytes);
+    void *ws = vsa_arg_scratch(L, idx->device, bytes);
     cudaError_t e = bsa_invert(vsa_tensor_data(idx), vsa_tensor_data(num), BH,
                                rows, width, cols, vsa_tensor_data(out_idx),
-                               vsa_tensor_data(out_num), ws, d_list_error, H, 0);
-    if (e != cudaSuccess) raise_cuda(L, e, "bsa_invert");
+                               vsa_tensor_data(out_num), ws, vsa_d_list_error, H, 0);
+    if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_invert");
     if (!check) return;
-    e = cudaMemcpy(&err, d_list_error, sizeof err, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) raise_cuda(L, e, "bsa_invert");
+    e = cudaMemcpy(&err, vsa_d_list_error, sizeof err, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_invert");
     if (err.code == VSA_LIST_OK) return;
   }
   char msg[256];
@@ -388,11 +186,11 @@ static void
 list_pair(lua_State *L, int i_idx, int n_idx, const char *iname,
           const char *nname, vsa_tensor **idx, vsa_tensor **num)
 {
-  *idx = index_arg(L, i_idx, iname, 4);
-  *num = index_arg(L, n_idx, nname, 3);
+  *idx = vsa_arg_index(L, i_idx, iname, 4);
+  *num = vsa_arg_index(L, n_idx, nname, 3);
   int64_t want[3] = {(*idx)->shape[0], (*idx)->shape[1], (*idx)->shape[2]};
-  expect_shape(L, *num, nname, 3, want);
-  expect_device(L, *num, nname, (*idx)->device, iname);
+  vsa_arg_shape(L, *num, nname, 3, want);
+  vsa_arg_device(L, *num, nname, (*idx)->device, iname);
   if ((*idx)->shape[3] < 1)
     vsa_lua_errorf(L, "%s: list width must be >= 1", iname);
 }
@@ -405,7 +203,7 @@ static int
 l_invert_indices(lua_State *L)
 {
   static const char *const keys[] = {"out", "check", NULL};
-  check_keys(L, 4, "invert_indices", keys);
+  vsa_arg_check_keys(L, 4, "invert_indices", keys);
   vsa_tensor *idx, *num;
   list_pair(L, 1, 2, "q2k_idx", "q2k_num", &idx, &num);
   lua_Number nkvn = luaL_checknumber(L, 3);
@@ -418,7 +216,7 @@ l_invert_indices(lua_State *L)
   int64_t sn[3] = {idx->shape[0], idx->shape[1], nkv};
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
-    check = field_bool(L, 4, "check", 1);
+    check = vsa_arg_bool(L, 4, "check", 1);
     lua_getfield(L, 4, "out");
     if (!lua_isnil(L, -1)) {
       luaL_checktype(L, -1, LUA_TTABLE);
@@ -427,10 +225,10 @@ l_invert_indices(lua_State *L)
       oi = vsa_lua_checkarg(L, lua_gettop(L), "out[1] (k2q_idx)", VSA_I32, 4);
       lua_rawgeti(L, t, 2);
       on = vsa_lua_checkarg(L, lua_gettop(L), "out[2] (k2q_num)", VSA_I32, 3);
-      expect_shape(L, oi, "out[1] (k2q_idx)", 4, si);
-      expect_shape(L, on, "out[2] (k2q_num)", 3, sn);
-      expect_device(L, oi, "out[1] (k2q_idx)", idx->device, "q2k_idx");
-      expect_device(L, on, "out[2] (k2q_num)", idx->device, "q2k_idx");
+      vsa_arg_shape(L, oi, "out[1] (k2q_idx)", 4, si);
+      vsa_arg_shape(L, on, "out[2] (k2q_num)", 3, sn);
+      vsa_arg_device(L, oi, "out[1] (k2q_idx)", idx->device, "q2k_idx");
+      vsa_arg_device(L, on, "out[2] (k2q_num)", idx->device, "q2k_idx");
       if (oi->st == on->st || oi->st == idx->st || oi->st == num->st ||
           on->st == idx->st || on->st == num->st)
         return vsa_lua_errorf(L, "invert_indices: out buffers must not share memory with each other or the inputs");
@@ -448,13 +246,6 @@ l_invert_indices(lua_State *L)
   return 2;
 }
 
-// ----------------------------------------------------------------------------
-// attention argument checks
-
-typedef struct {
-  int64_t B, H, Sq, Skv, D;
-  int device;
-} attn_dims;
 
 /* q-like [B,H,S,D] bf16 at idx; fills dims from it. */
 static vsa_tensor *
@@ -481,10 +272,10 @@ qkv_arg(lua_State *L, int idx, const char *name, attn_dims *d, int is_q,
       vsa_lua_errorf(L, "%s: B*H = %lld exceeds 65535", name, (long long)(d->B * d->H));
     return t;
   }
-  expect_device(L, t, name, d->device, qname);
+  vsa_arg_device(L, t, name, d->device, qname);
   if (t->shape[0] != d->B || t->shape[1] != d->H || t->shape[3] != d->D) {
     int64_t want[4] = {d->B, d->H, t->shape[2], d->D};
-    expect_shape(L, t, name, 4, want);
+    vsa_arg_shape(L, t, name, 4, want);
   }
   return t;
 }
@@ -492,10 +283,10 @@ qkv_arg(lua_State *L, int idx, const char *name, attn_dims *d, int is_q,
 static vsa_tensor *
 vbs_arg(lua_State *L, int idx, const attn_dims *d)
 {
-  vsa_tensor *t = index_arg(L, idx, "variable_block_sizes", 1);
+  vsa_tensor *t = vsa_arg_index(L, idx, "variable_block_sizes", 1);
   int64_t want[1] = {d->Skv / VSA_BLOCK};
-  expect_shape(L, t, "variable_block_sizes", 1, want);
-  expect_device(L, t, "variable_block_sizes", d->device, "q");
+  vsa_arg_shape(L, t, "variable_block_sizes", 1, want);
+  vsa_arg_device(L, t, "variable_block_sizes", d->device, "q");
   /* Read back (nkv ints): a size outside [0, 64] would index out of bounds. */
   vsa_tensor *h = t;
   if (t->device != VSA_CPU) {
@@ -517,7 +308,7 @@ opt_sm_scale(lua_State *L, int idx, const attn_dims *d)
   double s = 1.0 / sqrt((double)d->D);
   if (!lua_isnoneornil(L, idx)) {
     luaL_checktype(L, idx, LUA_TTABLE);
-    s = field_num(L, idx, "sm_scale", s);
+    s = vsa_arg_num(L, idx, "sm_scale", s);
     if (!(s >= 1e-30 && s <= 1e30))
       vsa_lua_errorf(L, "field 'sm_scale' must be a finite number in [1e-30, 1e30] (it is used as a float)");
   }
@@ -545,7 +336,7 @@ static int
 l_forward_ref(lua_State *L)
 {
   static const char *const keys[] = {"sm_scale", NULL};
-  check_keys(L, 7, "forward_ref", keys);
+  vsa_arg_check_keys(L, 7, "forward_ref", keys);
   attn_dims d;
   vsa_tensor *q = qkv_arg(L, 1, "q", &d, 1, NULL);
   vsa_tensor *k = qkv_arg(L, 2, "k", &d, 0, "q");
@@ -554,12 +345,12 @@ l_forward_ref(lua_State *L)
     return vsa_lua_errorf(L, "k: sequence length %lld is not a positive multiple of 64",
                       (long long)d.Skv);
   vsa_tensor *v = qkv_arg(L, 3, "v", &d, 0, "q");
-  expect_shape(L, v, "v", 4, k->shape);
+  vsa_arg_shape(L, v, "v", 4, k->shape);
   vsa_tensor *idx, *num;
   list_pair(L, 4, 5, "q2k_idx", "q2k_num", &idx, &num);
   int64_t want[3] = {d.B, d.H, d.Sq / VSA_BLOCK};
-  expect_shape(L, num, "q2k_num", 3, want);
-  expect_device(L, idx, "q2k_idx", d.device, "q");
+  vsa_arg_shape(L, num, "q2k_num", 3, want);
+  vsa_arg_device(L, idx, "q2k_idx", d.device, "q");
   vsa_tensor *vbs = vbs_arg(L, 6, &d);
   float sm = opt_sm_scale(L, 7, &d);
   lua_settop(L, 6);
@@ -602,7 +393,7 @@ l_forward_ref(lua_State *L)
                                     vsa_tensor_data(num), width,
                                     vsa_tensor_data(vbs), vsa_tensor_data(of),
                                     vsa_tensor_data(lse), 0);
-    if (e != cudaSuccess) raise_cuda(L, e, "bsa_forward_ref");
+    if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_forward_ref");
   }
   if (vsa_tensor_convert(o, of) != 0) return vsa_lua_raise(L);
   vsa_tensor_release(of);
@@ -625,33 +416,33 @@ backward_args(lua_State *L, bwd_args *a, int check_vbs)
   attn_dims *d = &a->d;
   a->q = qkv_arg(L, 2, "q", d, 1, NULL);
   a->dO = qkv_arg(L, 1, "dO", d, 0, "q");
-  expect_shape(L, a->dO, "dO", 4, a->q->shape);
+  vsa_arg_shape(L, a->dO, "dO", 4, a->q->shape);
   a->k = qkv_arg(L, 3, "k", d, 0, "q");
   d->Skv = a->k->shape[2];
   if (d->Skv % VSA_BLOCK != 0 || d->Skv == 0)
     vsa_lua_errorf(L, "k: sequence length %lld is not a positive multiple of 64",
                    (long long)d->Skv);
   a->v = qkv_arg(L, 4, "v", d, 0, "q");
-  expect_shape(L, a->v, "v", 4, a->k->shape);
+  vsa_arg_shape(L, a->v, "v", 4, a->k->shape);
   a->o = qkv_arg(L, 5, "o", d, 0, "q");
-  expect_shape(L, a->o, "o", 4, a->q->shape);
+  vsa_arg_shape(L, a->o, "o", 4, a->q->shape);
   a->lse = vsa_lua_checkarg(L, 6, "lse", VSA_F32, 3);
   int64_t sl[3] = {d->B, d->H, d->Sq};
-  expect_shape(L, a->lse, "lse", 3, sl);
-  expect_device(L, a->lse, "lse", d->device, "q");
+  vsa_arg_shape(L, a->lse, "lse", 3, sl);
+  vsa_arg_device(L, a->lse, "lse", d->device, "q");
   list_pair(L, 7, 8, "k2q_idx", "k2q_num", &a->kidx, &a->knum);
   a->nq = (int)(d->Sq / VSA_BLOCK);
   a->nkv = (int)(d->Skv / VSA_BLOCK);
   int64_t wantn[3] = {d->B, d->H, a->nkv};
-  expect_shape(L, a->knum, "k2q_num", 3, wantn);
-  expect_device(L, a->kidx, "k2q_idx", d->device, "q");
+  vsa_arg_shape(L, a->knum, "k2q_num", 3, wantn);
+  vsa_arg_device(L, a->kidx, "k2q_idx", d->device, "q");
   if (check_vbs) {
     a->vbs = vbs_arg(L, 9, d);
   } else {
-    a->vbs = index_arg(L, 9, "variable_block_sizes", 1);
+    a->vbs = vsa_arg_index(L, 9, "variable_block_sizes", 1);
     int64_t want[1] = {a->nkv};
-    expect_shape(L, a->vbs, "variable_block_sizes", 1, want);
-    expect_device(L, a->vbs, "variable_block_sizes", d->device, "q");
+    vsa_arg_shape(L, a->vbs, "variable_block_sizes", 1, want);
+    vsa_arg_device(L, a->vbs, "variable_block_sizes", d->device, "q");
   }
   a->sm_scale = opt_sm_scale(L, 10, d);
 }
@@ -665,7 +456,7 @@ static int
 l_backward_ref(lua_State *L)
 {
   static const char *const keys[] = {"sm_scale", "out_dtype", NULL};
-  check_keys(L, 10, "backward_ref", keys);
+  vsa_arg_check_keys(L, 10, "backward_ref", keys);
   bwd_args a;
   backward_args(L, &a, 1);
   attn_dims d = a.d;
@@ -730,7 +521,7 @@ l_backward_ref(lua_State *L)
         vsa_tensor_data(q2k_idx), vsa_tensor_data(q2k_num), nkv,
         vsa_tensor_data(vbs), vsa_tensor_data(dq), vsa_tensor_data(dk),
         vsa_tensor_data(dv), vsa_tensor_data(delta), 0);
-    if (e != cudaSuccess) raise_cuda(L, e, "bsa_backward_ref");
+    if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_backward_ref");
   }
   vsa_tensor_release(q2k_idx);
   vsa_tensor_release(q2k_num);
@@ -761,7 +552,7 @@ device_cc(lua_State *L, int dev)
     cudaError_t e = cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev);
     if (e == cudaSuccess)
       e = cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev);
-    if (e != cudaSuccess) raise_cuda(L, e, "device capability");
+    if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "device capability");
     cached[dev] = ma * 10 + mi;
   }
   return cached[dev];
@@ -783,12 +574,12 @@ static int
 l_backward_sm90a(lua_State *L)
 {
   static const char *const keys[] = {"sm_scale", "out", "poison", "validate", "canonical", "dq", NULL};
-  check_keys(L, 10, "backward_sm90a", keys);
+  vsa_arg_check_keys(L, 10, "backward_sm90a", keys);
   int validate = 0, poison = 1, canonical = 1, dq_bulk = 1;
   if (lua_istable(L, 10)) {
-    validate = field_bool(L, 10, "validate", 0);
-    poison = field_bool(L, 10, "poison", 1);
-    canonical = field_bool(L, 10, "canonical", 1);
+    validate = vsa_arg_bool(L, 10, "validate", 0);
+    poison = vsa_arg_bool(L, 10, "poison", 1);
+    canonical = vsa_arg_bool(L, 10, "canonical", 1);
     lua_getfield(L, 10, "dq");
     if (!lua_isnil(L, -1)) {
       const char *m = lua_tostring(L, -1);
@@ -855,8 +646,8 @@ l_backward_sm90a(lua_State *L)
       for (int x = 0; x < 3; x++) {
         lua_rawgeti(L, t, x + 1);
         outs[x] = vsa_lua_checkarg(L, lua_gettop(L), names[x], VSA_BF16, 4);
-        expect_shape(L, outs[x], names[x], 4, x == 0 ? sq : sk);
-        expect_device(L, outs[x], names[x], d.device, "q");
+        vsa_arg_shape(L, outs[x], names[x], 4, x == 0 ? sq : sk);
+        vsa_arg_device(L, outs[x], names[x], d.device, "q");
       }
     } else {
       lua_pop(L, 1);
@@ -879,10 +670,10 @@ l_backward_sm90a(lua_State *L)
   if (poison)
     for (int x = 0; x < 3; x++)
       if (vsa_tensor_fill(outs[x], NAN) != 0) return vsa_lua_raise(L);
-  void *ws = get_scratch(L, d.device, bsa_backward_sm90a_scratch_bytes(&s));
+  void *ws = vsa_arg_scratch(L, d.device, bsa_backward_sm90a_scratch_bytes(&s));
   if (poison) {
     cudaError_t e = vsa_fill(ws, VSA_F32, (int64_t)(bsa_backward_sm90a_scratch_bytes(&s) / 4), NAN, 0);
-    if (e != cudaSuccess) raise_cuda(L, e, "scratch poison");
+    if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "scratch poison");
   }
   cudaError_t e = bsa_backward_sm90a(
       &s, vsa_tensor_data(a.dO), vsa_tensor_data(a.q), vsa_tensor_data(a.k),
@@ -890,230 +681,8 @@ l_backward_sm90a(lua_State *L)
       vsa_tensor_data(a.kidx), vsa_tensor_data(a.knum), (int)a.kidx->shape[3],
       vsa_tensor_data(a.vbs), ws, vsa_tensor_data(outs[0]),
       vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]), dq_bulk, 0);
-  if (e != cudaSuccess) raise_cuda(L, e, "bsa_backward_sm90a");
+  if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_backward_sm90a");
   return 3; /* the three outputs are the top of the stack */
-}
-
-// ----------------------------------------------------------------------------
-// fp64 oracle
-
-/* Field k of table idx as a contiguous f64 CPU tensor (pushed); NULL when
- * absent and optional. */
-static vsa_tensor *
-field_f64(lua_State *L, int idx, const char *k, int required)
-{
-  lua_getfield(L, idx, k);
-  if (lua_isnil(L, -1)) {
-    if (required) vsa_lua_errorf(L, "field '%s' is required", k);
-    lua_pop(L, 1);
-    return NULL;
-  }
-  vsa_tensor *t = luaL_testudata(L, -1, VSA_TENSOR_MT);
-  if (!t) vsa_lua_errorf(L, "field '%s' must be a tensor", k);
-  if (!t->st) vsa_lua_errorf(L, "field '%s': tensor was freed", k);
-  if (t->dtype == VSA_I32 || t->dtype == VSA_I64)
-    vsa_lua_errorf(L, "field '%s': expected a float dtype, got %s", k, vsa_dtype_name(t->dtype));
-  vsa_tensor *h = vsa_lua_newtensor(L, VSA_F64, VSA_CPU, t->ndim, t->shape);
-  if (t->device != VSA_CPU) {
-    vsa_tensor *c = vsa_lua_newtensor(L, t->dtype, VSA_CPU, t->ndim, t->shape);
-    if (vsa_tensor_copy(c, t) != 0) vsa_lua_raise(L);
-    if (vsa_tensor_convert(h, c) != 0) vsa_lua_raise(L);
-    lua_pop(L, 1);
-  } else if (vsa_tensor_convert(h, t) != 0) {
-    vsa_lua_raise(L);
-  }
-  lua_remove(L, -2);
-  return h;
-}
-
-static vsa_tensor *
-field_i32_host(lua_State *L, int idx, const char *k)
-{
-  lua_getfield(L, idx, k);
-  vsa_tensor *t = luaL_testudata(L, -1, VSA_TENSOR_MT);
-  if (!t) vsa_lua_errorf(L, "field '%s' must be a tensor", k);
-  if (!t->st) vsa_lua_errorf(L, "field '%s': tensor was freed", k);
-  if (t->dtype != VSA_I32 && t->dtype != VSA_I64)
-    vsa_lua_errorf(L, "field '%s': expected dtype i32 or i64, got %s", k, vsa_dtype_name(t->dtype));
-  vsa_tensor *h = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, t->ndim, t->shape);
-  if (t->dtype == VSA_I32) {
-    if (vsa_tensor_copy(h, t) != 0) vsa_lua_raise(L);
-  } else {
-    vsa_tensor *c = vsa_lua_newtensor(L, t->dtype, VSA_CPU, t->ndim, t->shape);
-    if (vsa_tensor_copy(c, t) != 0 || vsa_tensor_convert(h, c) != 0)
-      vsa_lua_raise(L);
-    lua_pop(L, 1);
-  }
-  lua_remove(L, -2);
-  return h;
-}
-
-/* Optional list of 0-based integers in field k -> malloc'd array (count in
- * *n, -1 when absent). Kept alive as a userdata on the stack. */
-static int32_t *
-field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
-{
-  lua_getfield(L, idx, k);
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    *n = -1;
-    lua_pushnil(L);
-    return NULL;
-  }
-  if (!lua_istable(L, -1)) vsa_lua_errorf(L, "field '%s' must be a list of ids", k);
-  int m = (int)lua_objlen(L, -1);
-  int32_t *ids = lua_newuserdata(L, sizeof(int32_t) * (m > 0 ? m : 1));
-  for (int i = 0; i < m; i++) {
-    lua_rawgeti(L, -2, i + 1);
-    lua_Number v = lua_tonumber(L, -1);
-    if (lua_type(L, -1) != LUA_TNUMBER || v != floor(v) || v < 0 || v >= limit)
-      vsa_lua_errorf(L, "field '%s': entry %d must be an id in [0, %d)", k, i + 1, limit);
-    ids[i] = (int32_t)v;
-    lua_pop(L, 1);
-  }
-  lua_remove(L, -2);
-  *n = m;
-  return ids;
-}
-
-/* vsalab.oracle{q=, k=, v=, dO=, q2k_idx=, q2k_num=, variable_block_sizes=,
- *   o=?, lse=?, sm_scale=?, bh=?, q_blocks=?, kv_blocks=?}
- *   -> {o=, lse=, dq=, dk=, dv=}: f64 CPU tensors (dq, dk carry sm_scale).
- * fp64 brute force on the host (src/oracle.c). With o/lse given it computes
- * the backward of those (the backward's contract); otherwise its own
- * forward. bh (0-based b*H+h), q_blocks and kv_blocks restrict the work to
- * a spot check; rows not produced stay NaN. */
-static int
-l_oracle(lua_State *L)
-{
-  static const char *const keys[] = {"q", "k", "v", "dO", "o", "lse", "q2k_idx", "q2k_num", "variable_block_sizes", "sm_scale", "bh", "q_blocks", "kv_blocks", NULL};
-  check_keys(L, 1, "oracle", keys);
-  luaL_checktype(L, 1, LUA_TTABLE);
-  lua_settop(L, 1);
-  vsa_tensor *q = field_f64(L, 1, "q", 1);
-  vsa_tensor *k = field_f64(L, 1, "k", 1);
-  vsa_tensor *v = field_f64(L, 1, "v", 1);
-  vsa_tensor *dO = field_f64(L, 1, "dO", 1);
-  vsa_tensor *o = field_f64(L, 1, "o", 0);
-  vsa_tensor *lse = field_f64(L, 1, "lse", 0);
-  if ((o == NULL) != (lse == NULL))
-    return vsa_lua_errorf(L, "fields 'o' and 'lse' go together");
-  vsa_tensor *idx = field_i32_host(L, 1, "q2k_idx");
-  vsa_tensor *num = field_i32_host(L, 1, "q2k_num");
-  vsa_tensor *vbs = field_i32_host(L, 1, "variable_block_sizes");
-  if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || dO->ndim != 4)
-    return vsa_lua_errorf(L, "q, k, v, dO must be [B,H,S,D]");
-  {
-    int64_t wk[4] = {q->shape[0], q->shape[1], k->shape[2], q->shape[3]};
-    expect_shape(L, k, "k", 4, wk);
-    int64_t wl[3] = {q->shape[0], q->shape[1], q->shape[2]};
-    if (o) expect_shape(L, o, "o", 4, q->shape);
-    if (lse) expect_shape(L, lse, "lse", 3, wl);
-  }
-  attn_dims d = {q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], VSA_CPU};
-  if (d.Sq % 64 || d.Skv % 64) return vsa_lua_errorf(L, "sequence lengths must be multiples of 64");
-  expect_shape(L, dO, "dO", 4, q->shape);
-  expect_shape(L, v, "v", 4, k->shape);
-  int64_t wn[3] = {d.B, d.H, d.Sq / 64}, wv[1] = {d.Skv / 64};
-  expect_shape(L, num, "q2k_num", 3, wn);
-  expect_shape(L, vbs, "variable_block_sizes", 1, wv);
-  if (idx->ndim != 4 || idx->shape[0] != d.B || idx->shape[1] != d.H ||
-      idx->shape[2] != wn[2] || idx->shape[3] < 1)
-    return vsa_lua_errorf(L, "q2k_idx: expected [B,H,nq,width] = [%lld,%lld,%lld,w]",
-                          (long long)d.B, (long long)d.H, (long long)wn[2]);
-  vsa_oracle_args a = {0};
-  a.B = (int)d.B; a.H = (int)d.H; a.Sq = (int)d.Sq; a.Skv = (int)d.Skv; a.D = (int)d.D;
-  a.sm_scale = field_num(L, 1, "sm_scale", 1.0 / sqrt((double)d.D));
-  if (!(a.sm_scale > 0) || !isfinite(a.sm_scale))
-    return vsa_lua_errorf(L, "field 'sm_scale' must be a positive finite number");
-  a.q = vsa_tensor_data(q); a.k = vsa_tensor_data(k); a.v = vsa_tensor_data(v);
-  a.dO = vsa_tensor_data(dO);
-  a.o_in = o ? vsa_tensor_data(o) : NULL;
-  a.lse_in = lse ? vsa_tensor_data(lse) : NULL;
-  a.q2k_idx = vsa_tensor_data(idx); a.q2k_num = vsa_tensor_data(num);
-  a.q2k_width = (int)idx->shape[3];
-  a.vbs = vsa_tensor_data(vbs);
-  a.bh_list = field_ids(L, 1, "bh", &a.n_bh, (int)(d.B * d.H));
-  a.q_blocks = field_ids(L, 1, "q_blocks", &a.n_q_blocks, (int)wn[2]);
-  a.kv_blocks = field_ids(L, 1, "kv_blocks", &a.n_kv_blocks, (int)wv[0]);
-  int64_t so[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D}, sl[3] = {d.B, d.H, d.Sq};
-  lua_newtable(L);
-  const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
-  vsa_tensor *outs[5];
-  for (int i = 0; i < 5; i++) {
-    outs[i] = vsa_lua_newtensor(L, VSA_F64, VSA_CPU, i == 1 ? 3 : 4,
-                                i == 1 ? sl : (i >= 3 ? sk : so));
-    vsa_tensor_fill(outs[i], NAN);
-    lua_setfield(L, -2, names[i]);
-  }
-  if (vsa_oracle(&a, vsa_tensor_data(outs[0]), vsa_tensor_data(outs[1]),
-                 vsa_tensor_data(outs[2]), vsa_tensor_data(outs[3]),
-                 vsa_tensor_data(outs[4])) != 0)
-    return vsa_lua_raise(L);
-  return 1;
-}
-
-// ----------------------------------------------------------------------------
-// comparison
-
-/* vsalab.compare(x, ref) -> {rel_l2, max_abs, norm_ratio, nonfinite,
- *   nonfinite_x, nonfinite_ref, n}; any float dtypes, same shape; tensors on
- * different devices are compared on the host. rel_l2 = ‖x−ref‖/‖ref‖ (‖x‖
- * when ref is all zero); sums in fp64. */
-static int
-l_compare(lua_State *L)
-{
-  vsa_tensor *x = vsa_lua_checktensor(L, 1);
-  vsa_tensor *r = vsa_lua_checktensor(L, 2);
-  if (x->dtype == VSA_I32 || x->dtype == VSA_I64 || r->dtype == VSA_I32 ||
-      r->dtype == VSA_I64)
-    return vsa_lua_errorf(L, "compare: expected float tensors, got %s and %s",
-                      vsa_dtype_name(x->dtype), vsa_dtype_name(r->dtype));
-  expect_shape(L, x, "compare: x", r->ndim, r->shape);
-  int64_t n = vsa_tensor_numel(x);
-  vsa_compare_sums s = {0};
-  if (x->device != VSA_CPU && x->device == r->device &&
-      vsa_tensor_is_contiguous(x) && vsa_tensor_is_contiguous(r)) {
-    get_scratch(L, x->device, 0);
-    cudaError_t e = cudaMemset(d_compare_sums, 0, sizeof s);
-    if (e == cudaSuccess)
-      e = vsa_compare(vsa_tensor_data(x), x->dtype, vsa_tensor_data(r),
-                      r->dtype, n, d_compare_sums, 0);
-    if (e == cudaSuccess)
-      e = cudaMemcpy(&s, d_compare_sums, sizeof s, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) raise_cuda(L, e, "compare");
-  } else {
-    vsa_tensor *hx = vsa_lua_newtensor(L, x->dtype, VSA_CPU, x->ndim, x->shape);
-    vsa_tensor *hr = vsa_lua_newtensor(L, r->dtype, VSA_CPU, r->ndim, r->shape);
-    if (vsa_tensor_copy(hx, x) != 0 || vsa_tensor_copy(hr, r) != 0)
-      return vsa_lua_raise(L);
-    vsa_compare_cpu(vsa_tensor_data(hx), hx->dtype, vsa_tensor_data(hr),
-                    hr->dtype, n, &s);
-  }
-  lua_newtable(L);
-  double nr = sqrt(s.ref2), nx = sqrt(s.x2), nd = sqrt(s.diff2);
-  lua_pushnumber(L, nr > 0 ? nd / nr : nd);
-  lua_setfield(L, -2, "rel_l2");
-  lua_pushnumber(L, s.max_abs);
-  lua_setfield(L, -2, "max_abs");
-  lua_pushnumber(L, nr > 0 ? nx / nr : (nx > 0 ? INFINITY : 1.0));
-  lua_setfield(L, -2, "norm_ratio");
-  lua_pushnumber(L, (lua_Number)(s.nonfinite_x + s.nonfinite_ref));
-  lua_setfield(L, -2, "nonfinite");
-  lua_pushnumber(L, (lua_Number)s.nonfinite_x);
-  lua_setfield(L, -2, "nonfinite_x");
-  lua_pushnumber(L, (lua_Number)s.nonfinite_ref);
-  lua_setfield(L, -2, "nonfinite_ref");
-  lua_pushnumber(L, (lua_Number)n);
-  lua_setfield(L, -2, "n");
-  /* Raw sums, so callers can pool several comparisons into one rel L2. */
-  lua_pushnumber(L, s.diff2);
-  lua_setfield(L, -2, "diff2");
-  lua_pushnumber(L, s.ref2);
-  lua_setfield(L, -2, "ref2");
-  lua_pushnumber(L, s.x2);
-  lua_setfield(L, -2, "x2");
-  return 1;
 }
 
 static const luaL_Reg functions[] = {
@@ -1121,7 +690,6 @@ static const luaL_Reg functions[] = {
     {"pair_count", l_pair_count}, {"invert_indices", l_invert_indices},
     {"forward_ref", l_forward_ref}, {"backward_ref", l_backward_ref},
     {"backward_sm90a", l_backward_sm90a},
-    {"oracle", l_oracle}, {"compare", l_compare},
     {NULL, NULL}};
 
 void

@@ -1,0 +1,214 @@
+/* l_args.c — argument checks and device scratch shared by the Lua bindings
+ * of src/l_bsa.c and src/l_check.c (declared in l_args.h). Every check
+ * raises a Lua error naming the argument and what was expected.
+ */
+#include "l_args.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+// ----------------------------------------------------------------------------
+// argument helpers
+
+void
+vsa_arg_fmt_shape(const int64_t *s, int n, char *buf, size_t len)
+{
+  size_t k = snprintf(buf, len, "[");
+  for (int d = 0; d < n && k < len; d++)
+    k += snprintf(buf + k, len - k, d ? ",%lld" : "%lld", (long long)s[d]);
+  if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+/* Raise "<name>: expected shape [..], got [..]" unless t has that shape. */
+void
+vsa_arg_shape(lua_State *L, const vsa_tensor *t, const char *name, int n,
+             const int64_t *want)
+{
+  int ok = t->ndim == n;
+  for (int d = 0; ok && d < n; d++) ok = t->shape[d] == want[d];
+  if (ok) return;
+  char a[128], b[128];
+  vsa_arg_fmt_shape(want, n, a, sizeof a);
+  vsa_arg_fmt_shape(t->shape, t->ndim, b, sizeof b);
+  vsa_lua_errorf(L, "%s: expected shape %s, got %s", name, a, b);
+}
+
+void
+vsa_arg_device(lua_State *L, const vsa_tensor *t, const char *name, int dev,
+              const char *ref)
+{
+  if (t->device == dev) return;
+  vsa_lua_errorf(L, "%s: on %s%s, but %s is on %s%s", name,
+             t->device == VSA_CPU ? "cpu" : "cuda:",
+             t->device == VSA_CPU ? "" : lua_pushfstring(L, "%d", t->device),
+             ref, dev == VSA_CPU ? "cpu" : "cuda:",
+             dev == VSA_CPU ? "" : lua_pushfstring(L, "%d", dev));
+}
+
+/* An index tensor argument: i32 as is, i64 converted to a new i32 tensor
+ * (pushed on the stack, kept alive by it). */
+vsa_tensor *
+vsa_arg_index(lua_State *L, int idx, const char *name, int ndim)
+{
+  vsa_tensor *t = luaL_testudata(L, idx, VSA_TENSOR_MT);
+  if (t && t->st && t->dtype == VSA_I64) {
+    vsa_lua_checkarg(L, idx, name, VSA_I64, ndim);
+    vsa_tensor *c = vsa_lua_newtensor(L, VSA_I32, t->device, t->ndim, t->shape);
+    if (vsa_tensor_convert(c, t) != 0) vsa_lua_raise(L);
+    lua_replace(L, idx);
+    return c;
+  }
+  return vsa_lua_checkarg(L, idx, name, VSA_I32, ndim);
+}
+
+int
+vsa_arg_int(lua_State *L, int idx, const char *k, int required, long long def,
+          long long lo, long long hi)
+{
+  lua_getfield(L, idx, k);
+  long long v = def;
+  if (lua_isnil(L, -1)) {
+    if (required) vsa_lua_errorf(L, "field '%s' is required", k);
+  } else {
+    lua_Number n = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER || n != floor(n) || n < lo || n > hi)
+      vsa_lua_errorf(L, "field '%s' must be an integer in [%lld, %lld]", k, lo, hi);
+    v = (long long)n;
+  }
+  lua_pop(L, 1);
+  return (int)v;
+}
+
+double
+vsa_arg_num(lua_State *L, int idx, const char *k, double def)
+{
+  lua_getfield(L, idx, k);
+  double v = def;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TNUMBER)
+      vsa_lua_errorf(L, "field '%s' must be a number", k);
+    v = lua_tonumber(L, -1);
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+int
+vsa_arg_bool(lua_State *L, int idx, const char *k, int def)
+{
+  lua_getfield(L, idx, k);
+  int v = lua_isnil(L, -1) ? def : lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+/* Device from field 'device' ("cpu", "cuda", "cuda:N"); default cpu. */
+int
+vsa_arg_field_device(lua_State *L, int idx)
+{
+  lua_getfield(L, idx, "device");
+  int dev = VSA_CPU;
+  if (!lua_isnil(L, -1)) {
+    const char *s = lua_tostring(L, -1);
+    int n;
+    char tail;
+    if (s && strcmp(s, "cpu") == 0) dev = VSA_CPU;
+    else if (s && strcmp(s, "cuda") == 0) dev = vsa_lua_current_device();
+    else if (s && sscanf(s, "cuda:%d%c", &n, &tail) == 1 && n >= 0) dev = n;
+    else vsa_lua_errorf(L, "field 'device' must be 'cpu', 'cuda' or 'cuda:N'");
+  }
+  lua_pop(L, 1);
+  return dev;
+}
+
+/* Copy host tensor h into a new tensor on dev (h itself when dev is cpu);
+ * the result is left on top of the stack. */
+vsa_tensor *
+vsa_arg_push_on_device(lua_State *L, int h_idx, int dev)
+{
+  vsa_tensor *h = lua_touserdata(L, h_idx);
+  if (dev == VSA_CPU) {
+    lua_pushvalue(L, h_idx);
+    return h;
+  }
+  vsa_tensor *d = vsa_lua_newtensor(L, h->dtype, dev, h->ndim, h->shape);
+  if (vsa_tensor_copy(d, h) != 0) vsa_lua_raise(L);
+  return d;
+}
+
+void
+vsa_arg_raise_cuda(lua_State *L, cudaError_t e, const char *what)
+{
+  vsa_fail_cuda(e, what, __FILE__, __LINE__);
+  vsa_lua_raise(L);
+}
+
+/* Raise on a key of the options table at idx that fn does not take, so a
+ * misspelt option (smscale=) is an error instead of a silent default. */
+void
+vsa_arg_check_keys(lua_State *L, int idx, const char *fn, const char *const *allowed)
+{
+  if (!lua_istable(L, idx)) return;
+  lua_pushnil(L);
+  while (lua_next(L, idx) != 0) {
+    lua_pop(L, 1);
+    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    int ok = 0;
+    for (int i = 0; k && allowed[i]; i++) ok |= strcmp(k, allowed[i]) == 0;
+    if (!ok) {
+      char list[256] = "";
+      for (int i = 0; allowed[i]; i++) {
+        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
+        strncat(list, allowed[i], sizeof list - strlen(list) - 1);
+      }
+      vsa_lua_errorf(L, "%s: unknown option '%s' (takes %s)", fn,
+                     k ? k : luaL_typename(L, -1), list);
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------
+// device scratch (grow-only, one per process): inversion bitmaps, errors
+
+static void *scratch;
+static size_t scratch_bytes;
+static int scratch_device = -2;
+vsa_list_error *vsa_d_list_error;
+vsa_compare_sums *vsa_d_compare_sums;
+
+void *
+vsa_arg_scratch(lua_State *L, int dev, size_t bytes)
+{
+  if (scratch_device != dev) {
+    if (scratch) cudaFree(scratch);
+    if (vsa_d_list_error) cudaFree(vsa_d_list_error);
+    if (vsa_d_compare_sums) cudaFree(vsa_d_compare_sums);
+    scratch = NULL;
+    vsa_d_list_error = NULL;
+    vsa_d_compare_sums = NULL;
+    scratch_bytes = 0;
+    scratch_device = dev;
+  }
+  cudaError_t e = cudaSetDevice(dev);
+  if (e == cudaSuccess && !vsa_d_list_error)
+    e = cudaMalloc((void **)&vsa_d_list_error, sizeof *vsa_d_list_error);
+  if (e == cudaSuccess && !vsa_d_compare_sums)
+    e = cudaMalloc((void **)&vsa_d_compare_sums, sizeof *vsa_d_compare_sums);
+  if (e == cudaSuccess && bytes > scratch_bytes) {
+    if (scratch) cudaFree(scratch);
+    scratch = NULL;
+    scratch_bytes = 0;
+    e = cudaMalloc(&scratch, bytes);
+    if (e == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      lua_gc(L, LUA_GCCOLLECT, 0);
+      e = cudaMalloc(&scratch, bytes);
+    }
+    if (e == cudaSuccess) scratch_bytes = bytes;
+  }
+  if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "scratch allocation");
+  return scratch;
+}

@@ -1,0 +1,39 @@
+/* l_args.h — argument checks and device scratch shared by the Lua bindings
+ * (src/l_args.c). Names follow what they check: vsa_arg_shape raises
+ * "<name>: expected shape [..], got [..]", and so on. */
+#ifndef VSA_L_ARGS_H
+#define VSA_L_ARGS_H
+
+#include "bsa.h"
+#include "kernels.h"
+#include "lua_api.h"
+
+/* The shapes of an attention problem, read from q and k. */
+typedef struct {
+  int64_t B, H, Sq, Skv, D;
+  int device;
+} attn_dims;
+
+void vsa_arg_fmt_shape(const int64_t *s, int n, char *buf, size_t len);
+void vsa_arg_shape(lua_State *L, const vsa_tensor *t, const char *name, int n,
+                   const int64_t *want);
+void vsa_arg_device(lua_State *L, const vsa_tensor *t, const char *name, int dev,
+                    const char *ref);
+/* An index tensor: i32 as is, i64 converted in place on the stack. */
+vsa_tensor *vsa_arg_index(lua_State *L, int idx, const char *name, int ndim);
+int vsa_arg_int(lua_State *L, int idx, const char *k, int required, long long def,
+                long long lo, long long hi);
+double vsa_arg_num(lua_State *L, int idx, const char *k, double def);
+int vsa_arg_bool(lua_State *L, int idx, const char *k, int def);
+int vsa_arg_field_device(lua_State *L, int idx);
+vsa_tensor *vsa_arg_push_on_device(lua_State *L, int h_idx, int dev);
+void vsa_arg_raise_cuda(lua_State *L, cudaError_t e, const char *what);
+void vsa_arg_check_keys(lua_State *L, int idx, const char *fn, const char *const *allowed);
+
+/* Grow-only device scratch of at least bytes on dev (one per process), plus
+ * two small device structs it keeps beside it. */
+void *vsa_arg_scratch(lua_State *L, int dev, size_t bytes);
+extern vsa_list_error *vsa_d_list_error;
+extern vsa_compare_sums *vsa_d_compare_sums;
+
+#endif
