@@ -9,14 +9,9 @@ local core = require "vsalab.core"
 
 local M = {}
 
--- Cosine similarity from compare()'s sums: x·r = (‖x‖² + ‖r‖² − ‖x−r‖²)/2.
+-- Cosine similarity from compare()'s raw sums: x·r = (‖x‖² + ‖r‖² − ‖x−r‖²)/2.
 function M.cosine(c)
-  local nr2 = 1
-  -- compare() reports rel_l2 and norm_ratio relative to ‖ref‖: rescale.
-  local nx2 = c.norm_ratio ^ 2 * nr2
-  local nd2 = c.rel_l2 ^ 2 * nr2
-  local dot = (nx2 + nr2 - nd2) / 2
-  return dot / math.sqrt(nx2 * nr2)
+  return (c.x2 + c.ref2 - c.diff2) / (2 * math.sqrt(c.x2 * c.ref2))
 end
 
 function M.check_outputs(outs, refs, opts)

@@ -169,9 +169,9 @@ function M.run_config(e, i, c, device, seed, rows, n)
       report.progress(i, n, "already measured in this run (resume)")
       return
     end
-    local spec = {device = device, seed = M.point_seed(seed, hash)}
-    local meta = {skip = true, hash = true, label = true, skipped = true, only_kernel = true}
-    for k, v in pairs(c) do if not meta[k] then spec[k] = v end end
+    -- The problem is the point itself, less its display label.
+    local spec = M.point_of(c)
+    spec.label, spec.device, spec.seed = nil, device, M.point_seed(seed, hash)
     local p = problem.build(spec)
     local label = shape_of(c, p)
 

@@ -6,72 +6,24 @@
 --
 --   vsalab rerun [--db PATH] ROW
 local core = require "vsalab.core"
-local json_decode -- tiny: the DB's JSON text is ours (vsalab.json)
 
 local M = {}
 
--- Parse the JSON subset vsalab.json writes (objects, arrays, numbers,
--- strings without escapes beyond \" and \\, booleans, null).
-local function decode(s)
-  local i = 1
-  local function ws() i = s:find("[^ \t\r\n]", i) or #s + 1 end
-  local value
-  local function str()
-    local j, out = i + 1, {}
-    while true do
-      local c = s:sub(j, j)
-      if c == "" then error("json: unterminated string", 0) end
-      if c == '"' then break end
-      if c == "\\" then j = j + 1; c = s:sub(j, j) end
-      out[#out + 1] = c
-      j = j + 1
-    end
-    i = j + 1
-    return table.concat(out)
+-- The JSON at `path` of text `json` as Lua tables, through SQLite's JSON1
+-- json_each (vsalab's own DB connection parses it; no second parser here).
+-- Arrays become 1-based lists.
+local function decode(db, json, path)
+  local t = {}
+  for _, r in ipairs(db:q("SELECT key, value, type FROM json_each(?, ?)", json, path)) do
+    local key, v = r.key, r.value
+    local sub = type(key) == "number" and string.format("%s[%d]", path, key) or (path .. "." .. key)
+    if r.type == "object" or r.type == "array" then v = decode(db, json, sub)
+    elseif r.type == "true" then v = true
+    elseif r.type == "false" then v = false end
+    t[type(key) == "number" and key + 1 or key] = v
   end
-  function value()
-    ws()
-    local c = s:sub(i, i)
-    if c == "{" then
-      i = i + 1
-      local t = {}
-      ws()
-      if s:sub(i, i) == "}" then i = i + 1; return t end
-      while true do
-        ws()
-        local k = str()
-        ws(); i = i + 1 -- ':'
-        t[k] = value()
-        ws()
-        local d = s:sub(i, i); i = i + 1
-        if d == "}" then return t end
-      end
-    elseif c == "[" then
-      i = i + 1
-      local t = {}
-      ws()
-      if s:sub(i, i) == "]" then i = i + 1; return t end
-      while true do
-        t[#t + 1] = value()
-        ws()
-        local d = s:sub(i, i); i = i + 1
-        if d == "]" then return t end
-      end
-    elseif c == '"' then return str()
-    elseif s:sub(i, i + 3) == "true" then i = i + 4; return true
-    elseif s:sub(i, i + 4) == "false" then i = i + 5; return false
-    elseif s:sub(i, i + 3) == "null" then i = i + 4; return nil
-    else
-      local num = s:match("^-?[%d.eE+-]+", i)
-      if not num then error("json: unexpected '" .. c .. "'", 0) end
-      i = i + #num
-      return tonumber(num)
-    end
-  end
-  return value()
+  return t
 end
-M.decode = decode
-json_decode = decode
 
 function M.main(argv)
   local db_path = package.loaded.vsalab.context.db_path or "results.db"
@@ -90,9 +42,9 @@ function M.main(argv)
   if not ok then io.stderr:write("vsalab rerun: ", tostring(db), "\n"); return 2 end
   local r = db:q([[SELECT r.*, run.seed AS run_seed, run.gpu_name AS gpu_name
                    FROM result r JOIN run ON run.id = r.run_id WHERE r.id = ?]], row_id)[1]
+  local extra = (r and r.extra) and decode(db, r.extra, "$") or {}
   db:close()
   if not r then io.stderr:write("vsalab rerun: no result row ", row_id, "\n"); return 2 end
-  local extra = r.extra and json_decode(r.extra) or {}
   if not extra.point then
     io.stderr:write("vsalab rerun: row ", row_id, " has no stored point (logged before rerun support)\n")
     return 2
