@@ -131,7 +131,7 @@ function M.run(e)
       collectgarbage()
       local r = {experiment = e.name, kernel = "config", B = c.B, H = c.H, D = c.D,
         density = c.density, topk = c.topk, ragged = c.ragged and 1 or 0,
-        point_hash = c.hash or require("vsalab.sweep").hash(M.point_of(c)),
+        point_hash = M.hash_of(c),
         note = "skipped (" .. why .. "): " .. msg:gsub("\n.*", "")}
       r.id = run.log(r)
       rows[#rows + 1] = r
@@ -150,12 +150,17 @@ function M.point_of(c)
   return pt
 end
 
+-- The stable hash of config c (the sweep's, or computed from its point).
+function M.hash_of(c)
+  return c.hash or require("vsalab.sweep").hash(M.point_of(c))
+end
+
 -- One configuration of run(): build, invert (timed), every backend.
 function M.run_config(e, i, c, device, seed, rows, n)
   do
     local t0 = os.time()
     report.progress(i - 1, n, "building inputs " .. (c.label or ""))
-    local hash = c.hash or require("vsalab.sweep").hash(M.point_of(c))
+    local hash = M.hash_of(c)
     local done = e.measured[hash] or {}
     local todo = {}
     for _, b in ipairs(backends.available(device)) do

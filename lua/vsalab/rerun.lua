@@ -60,7 +60,7 @@ function M.main(argv)
   io.stderr:write(string.format("rerun of row %d: %s %s on %s, run seed %s, point %s\n", row_id,
     r.experiment, r.kernel, device, tostring(r.run_seed), tostring(r.point_hash)))
   exp.run{name = r.experiment, device = device, configs = {extra.point},
-    seed = r.run_seed, only_kernel = r.kernel,
+    seed = r.run_seed, only_kernel = r.kernel, gemm = false,
     check = extra.q_blocks and {q_blocks = extra.q_blocks, kv_blocks = extra.kv_blocks} or "full"}
   return 0
 end
