@@ -34,24 +34,13 @@
 #include <cuda_bf16.h>
 
 #include "kernels.h"
-#include "sm90_primitives.cuh"
+#include "sm90_bwd_pair.cuh"
+#include "sm90_bwd_ws.h"
 
 namespace {
 
-constexpr int BLK = 64;
-constexpr int D = 128;
-constexpr int THREADS = 128;
-constexpr uint32_t REGION = 8192;      // one 64x64 bf16 swizzled region
-constexpr uint32_t TILE = 2 * REGION;  // a 64x128 bf16 tile
-// Shared memory map (bytes from a 1024-aligned base).
-constexpr uint32_t OFF_K = 0;
-constexpr uint32_t OFF_V = OFF_K + TILE;
-constexpr uint32_t OFF_STAGE = OFF_V + TILE;  // per stage: Q, dO tiles
-constexpr uint32_t STAGE_BYTES = 2 * TILE;
-constexpr uint32_t OFF_DS = OFF_STAGE + 2 * STAGE_BYTES;
-constexpr uint32_t OFF_STATS = OFF_DS + REGION;  // per stage: lse[64], delta[64]
-constexpr uint32_t STATS_BYTES = 2 * BLK * sizeof(float);
-constexpr uint32_t SMEM_BYTES = OFF_STATS + 2 * STATS_BYTES + 1024;
+using namespace sm90bwd;
+constexpr uint32_t SMEM_BYTES = OFF_END + 1024;
 
 struct bwd_params {
   const __nv_bfloat16 *dO, *q, *k, *v;
@@ -63,20 +52,13 @@ struct bwd_params {
   __nv_bfloat16 *dk, *dv;
 };
 
-__device__ __forceinline__ uint32_t
-pack_bf16(float lo, float hi)
-{
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&v);
-}
-
 /* Copy a 64x128 bf16 tile (rows D elements apart) into two swizzled regions. */
 __device__ __forceinline__ void
 load_tile(uint32_t dst, const __nv_bfloat16 *src)
 {
 #pragma unroll
   for (int c = 0; c < 8; c++) {
-    int id = threadIdx.x + THREADS * c;
+    int id = threadIdx.x + CONSUMER_THREADS * c;
     int row = id >> 4, c16 = id & 15;
     uint32_t off = (c16 >> 3) * REGION + row * 128 + ((((c16 & 7) ^ (row & 7))) << 4);
     cp_async16(dst + off, src + (int64_t)row * D + c16 * 8);
@@ -98,43 +80,9 @@ load_stage(const bwd_params &p, uint32_t base, int s, int64_t bh, int i)
   }
 }
 
-/* Next list position >= e whose q block id is in range (cnt if none). */
-__device__ __forceinline__ int
-next_entry(const int32_t *list, int e, int cnt, int nq)
-{
-  for (; e < cnt; e++) {
-    int i = __ldg(list + e);
-    if (i >= 0 && i < nq) return e;
-  }
-  return cnt;
-}
-
-/* Store the 64x128 fp32 accumulator (wgmma fragment order) as bf16 rows. */
-__device__ __forceinline__ void
-store_rows(__nv_bfloat16 *out, const float *acc, float scale)
-{
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int r0 = warp * 16 + (lane >> 2);
-#pragma unroll
-  for (int jn = 0; jn < 16; jn++) {
-    int col = jn * 8 + 2 * (lane & 3);
-    *reinterpret_cast<uint32_t *>(out + (int64_t)r0 * D + col) =
-        pack_bf16(acc[4 * jn] * scale, acc[4 * jn + 1] * scale);
-    *reinterpret_cast<uint32_t *>(out + (int64_t)(r0 + 8) * D + col) =
-        pack_bf16(acc[4 * jn + 2] * scale, acc[4 * jn + 3] * scale);
-  }
-}
-
-/* Byte offset of dQ element (row, col) in a BULK staging tile: 512-byte fp32
- * rows whose 16-byte chunks are XOR-swizzled by (row & 7). */
-__device__ __forceinline__ uint32_t
-dq_stage_offset(int row, int col)
-{
-  return row * 512 + ((((col >> 2) ^ (row & 7))) << 4) + ((col & 3) << 2);
-}
 
 template <bool BULK>
-__global__ void __launch_bounds__(THREADS, 2)
+__global__ void __launch_bounds__(CONSUMER_THREADS, 2)
 bwd_kernel(const bwd_params p)
 {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
@@ -180,122 +128,30 @@ bwd_kernel(const bwd_params p)
     cp_async_wait<1>();
     if (it == 0) {
       __syncthreads(); // every thread's K/V copies have landed
-
-      // Zero K/V rows past vbs: masked rows then contribute exact zeros
-      // whatever the padded slots hold.
-      for (int id = threadIdx.x; id < BLK * 16; id += THREADS) {
-        int row = id >> 4, c16 = id & 15;
-        if (row >= vb) {
-          uint32_t off = (c16 >> 3) * REGION + row * 128 + (c16 & 7) * 16;
-          *reinterpret_cast<uint4 *>(base_ptr + OFF_K + off) = make_uint4(0, 0, 0, 0);
-          *reinterpret_cast<uint4 *>(base_ptr + OFF_V + off) = make_uint4(0, 0, 0, 0);
-        }
-      }
+      zero_padded_rows(base_ptr, vb);
     }
     fence_proxy_async();
     __syncthreads();
 
     const uint32_t sQ = base + OFF_STAGE + s * STAGE_BYTES, sdO = sQ + TILE;
     const float *lse = reinterpret_cast<const float *>(base_ptr + OFF_STATS + s * STATS_BYTES);
-    const float *delta = lse + BLK;
-
-    // S^T = K Q^T and dP^T = V dO^T: two commit groups.
-    float acc_s[32], acc_dp[32];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++) {
-      uint32_t off = (kk >> 2) * REGION + (kk & 3) * 32;
-      wgmma_ss_n64<0, 0>(acc_s, desc_kmajor(base + OFF_K + off), desc_kmajor(sQ + off), kk > 0);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < 8; kk++) {
-      uint32_t off = (kk >> 2) * REGION + (kk & 3) * 32;
-      wgmma_ss_n64<0, 0>(acc_dp, desc_kmajor(base + OFF_V + off), desc_kmajor(sdO + off), kk > 0);
-    }
-    wgmma_commit();
-
-    // P^T: columns of this thread's fragment are q rows of block i.
-    wgmma_wait<1>();
-    reg_fence(acc_s, 32);
-#pragma unroll
-    for (int jn = 0; jn < 8; jn++) {
-      int col = jn * 8 + 2 * (lane & 3);
-      float l0 = lse[col], l1 = lse[col + 1];
-      float c = p.scale_log2;
-      acc_s[4 * jn + 0] = valid0 ? exp2f(fmaf(acc_s[4 * jn + 0], c, -l0)) : 0.f;
-      acc_s[4 * jn + 1] = valid0 ? exp2f(fmaf(acc_s[4 * jn + 1], c, -l1)) : 0.f;
-      acc_s[4 * jn + 2] = valid1 ? exp2f(fmaf(acc_s[4 * jn + 2], c, -l0)) : 0.f;
-      acc_s[4 * jn + 3] = valid1 ? exp2f(fmaf(acc_s[4 * jn + 3], c, -l1)) : 0.f;
-    }
-    wgmma_wait<0>();
-    reg_fence(acc_dp, 32);
-    // dS^T = P^T (dP^T − Delta), selected to 0 on masked rows.
-#pragma unroll
-    for (int jn = 0; jn < 8; jn++) {
-      int col = jn * 8 + 2 * (lane & 3);
-      float d0 = delta[col], d1 = delta[col + 1];
-      acc_dp[4 * jn + 0] = valid0 ? acc_s[4 * jn + 0] * (acc_dp[4 * jn + 0] - d0) : 0.f;
-      acc_dp[4 * jn + 1] = valid0 ? acc_s[4 * jn + 1] * (acc_dp[4 * jn + 1] - d1) : 0.f;
-      acc_dp[4 * jn + 2] = valid1 ? acc_s[4 * jn + 2] * (acc_dp[4 * jn + 2] - d0) : 0.f;
-      acc_dp[4 * jn + 3] = valid1 ? acc_s[4 * jn + 3] * (acc_dp[4 * jn + 3] - d1) : 0.f;
-    }
-    // Accumulator pairs of n8 chunks (2kk, 2kk+1) are the A fragment of k16
-    // slice kk: no shuffles.
-    uint32_t a_p[16], a_ds[16];
-#pragma unroll
-    for (int x = 0; x < 16; x++) {
-      a_p[x] = pack_bf16(acc_s[2 * x], acc_s[2 * x + 1]);
-      a_ds[x] = pack_bf16(acc_dp[2 * x], acc_dp[2 * x + 1]);
-    }
-    // dS^T (kv rows x q columns) to shared memory for the dQ GEMM.
-    unsigned char *sds = base_ptr + OFF_DS;
-#pragma unroll
-    for (int jn = 0; jn < 8; jn++) {
-      int col = jn * 8 + 2 * (lane & 3);
-      *reinterpret_cast<uint32_t *>(sds + sw128_offset(r0, col)) = a_ds[2 * jn];
-      *reinterpret_cast<uint32_t *>(sds + sw128_offset(r1, col)) = a_ds[2 * jn + 1];
-    }
-    // dV += P^T dO, dK += dS^T Q (dO, Q read N-major).
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-      wgmma_rs_n128<1>(acc_dv, &a_p[4 * kk], desc_mnmajor(sdO + kk * 2048));
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-      wgmma_rs_n128<1>(acc_dk, &a_ds[4 * kk], desc_mnmajor(sQ + kk * 2048));
-    wgmma_commit();
-    fence_proxy_async();
-    __syncthreads();
-
-    // dQ_i = dS K, 64 columns of d at a time, added into the accumulator.
+    unsigned char *stg = base_ptr + OFF_STAGE + s * STAGE_BYTES;
     float *dqa = p.dq_accum + (bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK) * D;
+    pair_gradients(base, base_ptr, sQ, sdO, lse, lse + BLK, p.scale_log2, valid0, valid1,
+                   acc_dk, acc_dv, [&](int hn, const float *acc_q) {
+      if (BULK) {
+        stage_dq_half(stg, hn, acc_q);
+      } else {
 #pragma unroll
-    for (int hn = 0; hn < 2; hn++) {
-      float acc_q[32];
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++)
-        wgmma_ss_n64<1, 1>(acc_q, desc_mnmajor(base + OFF_DS + kk * 2048),
-                           desc_mnmajor(base + OFF_K + hn * REGION + kk * 2048), kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>(); // also retires dV/dK: stage s (Q_i, dO_i) is now dead
-      reg_fence(acc_q, 32);
-#pragma unroll
-      for (int jn = 0; jn < 8; jn++) {
-        int col = hn * 64 + jn * 8 + 2 * (lane & 3);
-        float2 v0 = make_float2(acc_q[4 * jn], acc_q[4 * jn + 1]);
-        float2 v1 = make_float2(acc_q[4 * jn + 2], acc_q[4 * jn + 3]);
-        if (BULK) {
-          unsigned char *stg = base_ptr + OFF_STAGE + s * STAGE_BYTES;
-          *reinterpret_cast<float2 *>(stg + dq_stage_offset(r0, col)) = v0;
-          *reinterpret_cast<float2 *>(stg + dq_stage_offset(r1, col)) = v1;
-        } else {
-          atomicAdd(reinterpret_cast<float2 *>(dqa + (int64_t)r0 * D + col), v0);
-          atomicAdd(reinterpret_cast<float2 *>(dqa + (int64_t)r1 * D + col), v1);
+        for (int jn = 0; jn < 8; jn++) {
+          int col = hn * 64 + jn * 8 + 2 * (lane & 3);
+          atomicAdd(reinterpret_cast<float2 *>(dqa + (int64_t)r0 * D + col),
+                    make_float2(acc_q[4 * jn], acc_q[4 * jn + 1]));
+          atomicAdd(reinterpret_cast<float2 *>(dqa + (int64_t)r1 * D + col),
+                    make_float2(acc_q[4 * jn + 2], acc_q[4 * jn + 3]));
         }
       }
-    }
+    });
     if (BULK) {
       fence_proxy_async();
       __syncthreads();
@@ -304,8 +160,6 @@ bwd_kernel(const bwd_params p)
         bulk_wait_read(); // the stage is refilled next iteration
       }
     }
-    reg_fence(acc_dk, 64);
-    reg_fence(acc_dv, 64);
     __syncthreads(); // stage s and dS^T are free for the next iteration
     e = en;
   }
@@ -351,11 +205,34 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, int swiz
 
 } // namespace
 
+/* Chunks of the q range for q_chunk blocks each (0: one chunk). */
+static int
+chunk_count(const vsa_shape *s, int q_chunk)
+{
+  int nq = s->Sq / BLK;
+  return q_chunk <= 0 || q_chunk >= nq ? 1 : (nq + q_chunk - 1) / q_chunk;
+}
+
+/* Scratch map: dQ accumulator (fp32 rows x D), Delta (rows), dQ order
+ * counters (rows / 64), then, 256-byte aligned for float4 access, the dK/dV
+ * partials of q chunking and their counters. */
+static size_t
+kv_acc_offset(int64_t rows)
+{
+  size_t b = (size_t)rows * D * sizeof(float) + (size_t)rows * sizeof(float) +
+             (size_t)(rows / BLK) * sizeof(int);
+  return (b + 255) & ~(size_t)255;
+}
+
 extern "C" size_t
-bsa_backward_sm90a_scratch_bytes(const vsa_shape *s)
+bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk)
 {
   int64_t rows = (int64_t)s->B * s->H * s->Sq;
-  return (size_t)rows * D * sizeof(float) + (size_t)rows * sizeof(float);
+  int64_t kv_rows = (int64_t)s->B * s->H * s->Skv;
+  size_t bytes = kv_acc_offset(rows);
+  if (chunk_count(s, q_chunk) > 1) // dK/dV partials and their order counters
+    bytes += (size_t)kv_rows * 2 * D * sizeof(float) + (size_t)(kv_rows / BLK) * sizeof(int);
+  return bytes;
 }
 
 extern "C" cudaError_t
@@ -364,53 +241,97 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
                    const float *d_lse, const int32_t *d_k2q_idx,
                    const int32_t *d_k2q_num, int k2q_width, const int32_t *d_vbs,
                    void *d_scratch, uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
-                   int dq_bulk, cudaStream_t stream)
+                   vsa_sm90a_variant variant, const int32_t *d_q2k_idx,
+                   const int32_t *d_q2k_num, int q2k_width, int q_chunk,
+                   cudaStream_t stream)
 {
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->B * s->H > 65535 || k2q_width < 1)
+    return cudaErrorInvalidValue;
+  if (d_q2k_idx && (variant != VSA_SM90A_WS || !d_q2k_num || q2k_width < 1))
     return cudaErrorInvalidValue;
   int64_t rows = (int64_t)s->B * s->H * s->Sq;
   float *dq_accum = static_cast<float *>(d_scratch);
   float *delta = dq_accum + rows * D;
+  int *sem = reinterpret_cast<int *>(delta + rows);
+  const int chunks = variant == VSA_SM90A_WS ? chunk_count(s, q_chunk) : 1;
+  const int64_t kv_rows = (int64_t)s->B * s->H * s->Skv;
+  float *kv_acc = reinterpret_cast<float *>(static_cast<char *>(d_scratch) + kv_acc_offset(rows));
+  int *kv_sem = reinterpret_cast<int *>(kv_acc + kv_rows * 2 * D);
   const __nv_bfloat16 *dO = reinterpret_cast<const __nv_bfloat16 *>(d_dO);
   delta_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(
       dO, reinterpret_cast<const __nv_bfloat16 *>(d_o), delta, rows);
   cudaError_t e = cudaMemsetAsync(dq_accum, 0, (size_t)rows * D * sizeof(float), stream);
+  if (e == cudaSuccess && d_q2k_idx)
+    e = cudaMemsetAsync(sem, 0, (size_t)(rows / BLK) * sizeof(int), stream);
+  if (e == cudaSuccess && chunks > 1)
+    e = cudaMemsetAsync(kv_sem, 0, (size_t)(kv_rows / BLK) * sizeof(int), stream);
   if (e != cudaSuccess) return e;
-  static bool configured = false;
-  if (!configured) {
-    e = cudaFuncSetAttribute(bwd_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(bwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+  const int nq = s->Sq / BLK, nkv = s->Skv / BLK;
+  const float scale_log2 = s->sm_scale * 1.4426950408889634f;
+  if (variant == VSA_SM90A_WS) {
+    sm90_ws_params p;
+    p.lse = d_lse;
+    p.delta = delta;
+    p.k2q_idx = d_k2q_idx;
+    p.k2q_num = d_k2q_num;
+    p.vbs = d_vbs;
+    p.q2k_idx = d_q2k_idx;
+    p.q2k_num = d_q2k_num;
+    p.k2q_width = k2q_width;
+    p.q2k_width = q2k_width;
+    p.H = s->H;
+    p.nq = nq;
+    p.nkv = nkv;
+    p.sm_scale = s->sm_scale;
+    p.scale_log2 = scale_log2;
+    p.dq_accum = dq_accum;
+    p.dq_sem = sem;
+    p.chunks = chunks;
+    p.q_chunk = chunks > 1 ? q_chunk : nq;
+    p.kv_acc = kv_acc;
+    p.kv_sem = kv_sem;
+    p.dk = reinterpret_cast<__nv_bfloat16 *>(d_dk);
+    p.dv = reinterpret_cast<__nv_bfloat16 *>(d_dv);
+    e = sm90_ws_launch(p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv, stream);
     if (e != cudaSuccess) return e;
-    configured = true;
+  } else {
+    static bool configured = false;
+    if (!configured) {
+      e = cudaFuncSetAttribute(bwd_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+      if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(bwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+      if (e != cudaSuccess) return e;
+      configured = true;
+    }
+    bwd_params p;
+    p.dO = dO;
+    p.q = reinterpret_cast<const __nv_bfloat16 *>(d_q);
+    p.k = reinterpret_cast<const __nv_bfloat16 *>(d_k);
+    p.v = reinterpret_cast<const __nv_bfloat16 *>(d_v);
+    p.lse = d_lse;
+    p.delta = delta;
+    p.k2q_idx = d_k2q_idx;
+    p.k2q_num = d_k2q_num;
+    p.vbs = d_vbs;
+    p.k2q_width = k2q_width;
+    p.H = s->H;
+    p.nq = nq;
+    p.nkv = nkv;
+    p.sm_scale = s->sm_scale;
+    p.scale_log2 = scale_log2;
+    p.dq_accum = dq_accum;
+    p.dk = reinterpret_cast<__nv_bfloat16 *>(d_dk);
+    p.dv = reinterpret_cast<__nv_bfloat16 *>(d_dv);
+    dim3 grid(p.nkv, s->H, s->B);
+    if (variant == VSA_SM90A_BULK)
+      bwd_kernel<true><<<grid, CONSUMER_THREADS, SMEM_BYTES, stream>>>(p);
+    else
+      bwd_kernel<false><<<grid, CONSUMER_THREADS, SMEM_BYTES, stream>>>(p);
   }
-  bwd_params p;
-  p.dO = dO;
-  p.q = reinterpret_cast<const __nv_bfloat16 *>(d_q);
-  p.k = reinterpret_cast<const __nv_bfloat16 *>(d_k);
-  p.v = reinterpret_cast<const __nv_bfloat16 *>(d_v);
-  p.lse = d_lse;
-  p.delta = delta;
-  p.k2q_idx = d_k2q_idx;
-  p.k2q_num = d_k2q_num;
-  p.vbs = d_vbs;
-  p.k2q_width = k2q_width;
-  p.H = s->H;
-  p.nq = s->Sq / BLK;
-  p.nkv = s->Skv / BLK;
-  p.sm_scale = s->sm_scale;
-  p.scale_log2 = s->sm_scale * 1.4426950408889634f;
-  p.dq_accum = dq_accum;
-  p.dk = reinterpret_cast<__nv_bfloat16 *>(d_dk);
-  p.dv = reinterpret_cast<__nv_bfloat16 *>(d_dv);
-  dim3 grid(p.nkv, s->H, s->B);
-  if (dq_bulk)
-    bwd_kernel<true><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
-  else
-    bwd_kernel<false><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
   int64_t n4 = rows * D / 4;
   int blocks = (int)((n4 + 255) / 256 < 65536 ? (n4 + 255) / 256 : 65536);
   dq_finish_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
-                                               reinterpret_cast<uint2 *>(d_dq), s->sm_scale, n4, dq_bulk);
+                                               reinterpret_cast<uint2 *>(d_dq), s->sm_scale, n4,
+                                               variant != VSA_SM90A_ATOMIC);
   return cudaGetLastError();
 }

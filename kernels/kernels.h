@@ -37,6 +37,9 @@ cudaError_t vsa_strided_copy(void *d_dst, const void *d_src, int elem_size,
 /* Keep the GPU busy for about ns nanoseconds (a deliberate slowdown for
  * testing regression verdicts). */
 cudaError_t vsa_gpu_sleep(long long ns, cudaStream_t stream);
+/* Launch a kernel that stores to an unmapped address: an illegal-address
+ * fault that poisons the context (fault-injection for robustness tests). */
+cudaError_t vsa_gpu_fault(cudaStream_t stream);
 /* Accumulate comparison sums of x against ref (n elements each, any float
  * dtypes) into *d_sums, which the caller zeroes first. */
 cudaError_t vsa_compare(const void *d_x, vsa_dtype x_dtype, const void *d_ref,
@@ -82,12 +85,28 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
 /* ---------------------------------------------------------------------------
  * bsa_bwd_sm90a.cu: the native Hopper backward (wgmma; sm_90a only, D = 128).
  * Same contract as bsa_backward_ref with bf16 outputs; d_scratch holds the
- * fp32 dQ accumulator and Delta (bsa_backward_sm90a_scratch_bytes). dq_bulk
- * selects how dQ partials reach the accumulator: 1 = one bulk reduce-add
- * per pair (v2), 0 = vector atomics (v1). Returns cudaErrorInvalidValue for
- * shapes it does not take.
+ * fp32 dQ accumulator, Delta and the deterministic mode's counters
+ * (bsa_backward_sm90a_scratch_bytes). variant picks the main kernel:
+ *   VSA_SM90A_WS     v3: warp-specialized, TMA + mbarrier producer (default)
+ *   VSA_SM90A_BULK   v2: one warpgroup, cp.async, one bulk dQ reduce per pair
+ *   VSA_SM90A_ATOMIC v1: as v2 with dQ by vector atomics
+ * d_q2k_idx/d_q2k_num (the same pairs as q2k lists, each row ascending and
+ * free of repeats, [B,H,nq,q2k_width] / [B,H,nq] i32) turn on the
+ * deterministic dQ order (VSA_SM90A_WS only); NULL otherwise. The k2q rows
+ * must then be free of repeats too (a repeated pair would wait forever; the
+ * kernel traps instead). q_chunk (VSA_SM90A_WS): q blocks per chunk of
+ * the q range (0: all): a kv block's pairs are taken one chunk at a time,
+ * chunk-major, so that the Q/dO/dQ working set of the CTAs running at once
+ * stays in L2 at long sequences; dK/dV partials pass between a kv block's
+ * chunks in chunk order (deterministic). Returns cudaErrorInvalidValue for
+ * shapes or options it does not take.
  */
-size_t bsa_backward_sm90a_scratch_bytes(const vsa_shape *s);
+typedef enum {
+  VSA_SM90A_ATOMIC = 0,
+  VSA_SM90A_BULK = 1,
+  VSA_SM90A_WS = 2
+} vsa_sm90a_variant;
+size_t bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk);
 cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
                                const uint16_t *d_q, const uint16_t *d_k,
                                const uint16_t *d_v, const uint16_t *d_o,
@@ -95,7 +114,9 @@ cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
                                const int32_t *d_k2q_num, int k2q_width,
                                const int32_t *d_vbs, void *d_scratch,
                                uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
-                               int dq_bulk, cudaStream_t stream);
+                               vsa_sm90a_variant variant, const int32_t *d_q2k_idx,
+                               const int32_t *d_q2k_num, int q2k_width, int q_chunk,
+                               cudaStream_t stream);
 
 #ifdef __cplusplus
 }

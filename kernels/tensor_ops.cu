@@ -110,8 +110,24 @@ sleep_kernel(long long ns)
   }
 }
 
+/* Store through a pointer no allocation covers: an illegal-address fault,
+ * which leaves the CUDA context unusable (a "sticky" error). Used only to
+ * prove that a faulting run ends recorded as failed with its DB intact. */
+__global__ void
+fault_kernel(int *bad)
+{
+  *bad = 1;
+}
+
 // ----------------------------------------------------------------------------
 // launchers
+
+extern "C" cudaError_t
+vsa_gpu_fault(cudaStream_t stream)
+{
+  fault_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<int *>(16));
+  return cudaGetLastError();
+}
 
 extern "C" cudaError_t
 vsa_gpu_sleep(long long ns, cudaStream_t stream)

@@ -12,6 +12,7 @@
 
 #include "bsa.h"
 #include "check.h"
+#include "device.h"
 #include "kernels.h"
 #include "l_args.h"
 #include "lua_api.h"
@@ -140,33 +141,32 @@ l_pair_count(lua_State *L)
 // ----------------------------------------------------------------------------
 // inversion
 
-/* Invert lists idx [BH.., rows, width] / num -> out_idx [.., cols, rows],
- * out_num, on the lists' device. what/num_name/row_name name things in
+/* Invert lists idx [BH, rows, width] / num [BH, rows] (pointers on dev;
+ * H = heads, to name (b, h) in errors) into out_idx [BH, cols, rows] /
+ * out_num. ws: the CUDA bitmap workspace (bsa_invert_scratch_bytes), or
+ * NULL to use the shared scratch. check=0 skips reading the validation flag
+ * back on CUDA (no host synchronisation; the kernels still never read out of
+ * bounds); the CPU always validates. what/num_name/row_name name things in
  * errors. */
 static void
-invert_into(lua_State *L, const vsa_tensor *idx, const vsa_tensor *num,
-            int H, int cols, vsa_tensor *out_idx, vsa_tensor *out_num,
-            int check, const char *what, const char *num_name,
-            const char *row_name)
+invert_ptrs(lua_State *L, int dev, const int32_t *idx, const int32_t *num,
+            int BH, int H, int rows, int width, int cols, int32_t *out_idx,
+            int32_t *out_num, void *ws, int check, const char *what,
+            const char *num_name, const char *row_name)
 {
-  int BH = (int)(idx->shape[0] * idx->shape[1]);
-  int rows = (int)idx->shape[2], width = (int)idx->shape[3];
   vsa_list_error err = {0};
-  if (idx->device == VSA_CPU) {
-    if (vsa_invert_cpu(vsa_tensor_data(idx), vsa_tensor_data(num), BH, rows,
-                       width, cols, vsa_tensor_data(out_idx),
-                       vsa_tensor_data(out_num), &err) == 0)
+  if (dev == VSA_CPU) {
+    if (vsa_invert_cpu(idx, num, BH, rows, width, cols, out_idx, out_num,
+                       &err) == 0)
       return;
     if (err.code == VSA_LIST_OK) vsa_lua_raise(L);
     /* The CPU inverter knows only bh: split it here. */
     err.h = err.b % H;
     err.b = err.b / H;
   } else {
-    size_t bytes = bsa_invert_scratch_bytes(BH, rows, cols);
-    void *ws = vsa_arg_scratch(L, idx->device, bytes);
-    cudaError_t e = bsa_invert(vsa_tensor_data(idx), vsa_tensor_data(num), BH,
-                               rows, width, cols, vsa_tensor_data(out_idx),
-                               vsa_tensor_data(out_num), ws, vsa_d_list_error, H, 0);
+    if (!ws) ws = vsa_arg_scratch(L, dev, bsa_invert_scratch_bytes(BH, rows, cols));
+    cudaError_t e = bsa_invert(idx, num, BH, rows, width, cols, out_idx,
+                               out_num, ws, vsa_d_list_error, H, vsa_stream());
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_invert");
     if (!check) return;
     e = cudaMemcpy(&err, vsa_d_list_error, sizeof err, cudaMemcpyDeviceToHost);
@@ -178,6 +178,20 @@ invert_into(lua_State *L, const vsa_tensor *idx, const vsa_tensor *num,
   vsa_list_error_format(&err, err.code == VSA_LIST_COUNT_RANGE ? num_name : what,
                         row_name, range, msg, sizeof msg);
   vsa_lua_errorf(L, "%s", msg);
+}
+
+/* invert_ptrs on tensors: idx [B,H,rows,width] / num -> out_idx
+ * [B,H,cols,rows], out_num, on the lists' device. */
+static void
+invert_into(lua_State *L, const vsa_tensor *idx, const vsa_tensor *num,
+            int H, int cols, vsa_tensor *out_idx, vsa_tensor *out_num,
+            int check, const char *what, const char *num_name,
+            const char *row_name)
+{
+  invert_ptrs(L, idx->device, vsa_tensor_data(idx), vsa_tensor_data(num),
+              (int)(idx->shape[0] * idx->shape[1]), H, (int)idx->shape[2],
+              (int)idx->shape[3], cols, vsa_tensor_data(out_idx),
+              vsa_tensor_data(out_num), NULL, check, what, num_name, row_name);
 }
 
 /* Check a list pair idx [B,H,rows,width] i32 and num [B,H,rows] i32 on one
@@ -392,7 +406,7 @@ l_forward_ref(lua_State *L)
                                     vsa_tensor_data(v), vsa_tensor_data(idx),
                                     vsa_tensor_data(num), width,
                                     vsa_tensor_data(vbs), vsa_tensor_data(of),
-                                    vsa_tensor_data(lse), 0);
+                                    vsa_tensor_data(lse), vsa_stream());
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_forward_ref");
   }
   if (vsa_tensor_convert(o, of) != 0) return vsa_lua_raise(L);
@@ -447,25 +461,62 @@ backward_args(lua_State *L, bwd_args *a, int check_vbs)
   a->sm_scale = opt_sm_scale(L, 10, d);
 }
 
+/* Reserve bytes (rounded up to 256) at offset *at of a buffer being laid
+ * out; returns their offset. */
+static size_t
+carve(size_t *at, size_t bytes)
+{
+  size_t o = *at;
+  *at += (bytes + 255) & ~(size_t)255;
+  return o;
+}
+
+/* NaN-fill n floats at p on dev (launched on vsa_stream()). */
+static void
+poison_f32(lua_State *L, int dev, float *p, int64_t n)
+{
+  if (dev == VSA_CPU) {
+    for (int64_t i = 0; i < n; i++) p[i] = NAN;
+    return;
+  }
+  cudaError_t e = vsa_fill(p, VSA_F32, n, NAN, vsa_stream());
+  if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "poison");
+}
+
 /* vsalab.backward_ref(dO, q, k, v, o, lse, k2q_idx, k2q_num,
- *   variable_block_sizes [, {sm_scale=1/sqrt(D), out_dtype='bf16'}])
+ *   variable_block_sizes [, {sm_scale=1/sqrt(D), out_dtype='bf16',
+ *   out={dq, dk, dv}, poison=true, validate=true}])
  *   -> dq [B,H,Sq,D], dk, dv [B,H,Skv,D] (bf16 or f32; dq and dk carry
- *   sm_scale). k2q lists are validated (by inverting them to q2k, which the
- *   dq pass uses). */
+ *   sm_scale). The k2q lists are inverted to q2k (which the dq pass uses)
+ *   and back, so dk/dv sum their q blocks in ascending order whatever the
+ *   lists' order.
+ * out: caller buffers, returned as the results: contiguous, dtype
+ *   out_dtype, shapes as above, on q's device, sharing memory with no input
+ *   and no other output (each mistake raises naming out[i]).
+ * poison: NaN-fill what the kernels write (the f32 results and Delta)
+ *   first, so an element they miss fails every check.
+ * validate: read back the lists' validation flag and vbs and raise on bad
+ *   ones (the CPU always does). validate=false on CUDA reads nothing back;
+ *   the kernels still never read out of bounds (vbs is clamped to [0, 64]).
+ * Scratch (q2k and canonical k2q lists, Delta, the f32 results of a bf16
+ * call): with out on CUDA, the shared device scratch (grow-only); otherwise
+ * one fresh buffer. So on CUDA a call with out, poison=false and
+ * validate=false (and i32 lists) allocates nothing once the scratch has
+ * grown, never synchronises, and launches only on vsa_stream(): it can be
+ * captured into a CUDA graph. */
 static int
 l_backward_ref(lua_State *L)
 {
-  static const char *const keys[] = {"sm_scale", "out_dtype", NULL};
+  static const char *const keys[] = {"sm_scale", "out_dtype", "out", "poison",
+                                     "validate", NULL};
   vsa_arg_check_keys(L, 10, "backward_ref", keys);
   bwd_args a;
-  backward_args(L, &a, 1);
+  backward_args(L, &a, 0);
   attn_dims d = a.d;
-  vsa_tensor *dO = a.dO, *q = a.q, *k = a.k, *v = a.v, *o = a.o, *lse = a.lse;
-  vsa_tensor *kidx = a.kidx, *knum = a.knum, *vbs = a.vbs;
-  int nq = a.nq, nkv = a.nkv;
-  int64_t sl[3] = {d.B, d.H, d.Sq}, wantn[3] = {d.B, d.H, nkv};
-  float sm = a.sm_scale;
+  int nq = a.nq, nkv = a.nkv, BH = (int)(d.B * d.H);
   vsa_dtype out_dt = VSA_BF16;
+  int poison = 1, validate = 1, have_out = 0;
+  lua_settop(L, 10);
   if (lua_istable(L, 10)) {
     lua_getfield(L, 10, "out_dtype");
     if (!lua_isnil(L, -1)) {
@@ -475,69 +526,126 @@ l_backward_ref(lua_State *L)
       out_dt = strcmp(s, "f32") == 0 ? VSA_F32 : VSA_BF16;
     }
     lua_pop(L, 1);
+    poison = vsa_arg_bool(L, 10, "poison", 1);
+    validate = vsa_arg_bool(L, 10, "validate", 1);
+    lua_getfield(L, 10, "out");
+    have_out = !lua_isnil(L, -1);
+    if (have_out && !lua_istable(L, -1))
+      return vsa_lua_errorf(L, "backward_ref: field 'out' must be a table {dq, dk, dv}, got %s",
+                            luaL_typename(L, -1));
+    if (have_out) {
+      /* The buffers stay at 11..13 for the whole call (and are returned). */
+      for (int x = 0; x < 3; x++) lua_rawgeti(L, 11, x + 1);
+      lua_remove(L, 11);
+    } else {
+      lua_pop(L, 1);
+    }
   }
-  lua_settop(L, 9);
-  /* q2k from k2q: the same inversion, rows and columns swapped. */
-  int64_t qi[4] = {d.B, d.H, nq, nkv}, qn[3] = {d.B, d.H, nq};
-  vsa_tensor *q2k_idx = vsa_lua_newtensor(L, VSA_I32, d.device, 4, qi);
-  vsa_tensor *q2k_num = vsa_lua_newtensor(L, VSA_I32, d.device, 3, qn);
-  invert_into(L, kidx, knum, (int)d.H, nq, q2k_idx, q2k_num, 1, "k2q_idx",
-              "k2q_num", "kv block");
+  if (validate || d.device == VSA_CPU) a.vbs = vbs_arg(L, 9, &d);
+
+  int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
+  vsa_tensor *outs[3];
+  if (have_out) {
+    static const char *const names[3] = {"out[1] (dq)", "out[2] (dk)", "out[3] (dv)"};
+    static const char *const in_names[9] = {"dO", "q", "k", "v", "o", "lse",
+                                            "k2q_idx", "k2q_num", "variable_block_sizes"};
+    const vsa_tensor *ins[9] = {a.dO, a.q, a.k, a.v, a.o, a.lse, a.kidx, a.knum, a.vbs};
+    for (int x = 0; x < 3; x++) {
+      outs[x] = vsa_lua_checkarg(L, 11 + x, names[x], -1, 4);
+      if (outs[x]->dtype != out_dt)
+        return vsa_lua_errorf(L, "%s: expected dtype %s (out_dtype), got %s", names[x],
+                              vsa_dtype_name(out_dt), vsa_dtype_name(outs[x]->dtype));
+      vsa_arg_shape(L, outs[x], names[x], 4, x == 0 ? sq : sk);
+      vsa_arg_device(L, outs[x], names[x], d.device, "q");
+      for (int y = 0; y < 9; y++)
+        if (outs[x]->st == ins[y]->st)
+          return vsa_lua_errorf(L, "%s shares memory with %s", names[x], in_names[y]);
+      for (int y = 0; y < x; y++)
+        if (outs[x]->st == outs[y]->st)
+          return vsa_lua_errorf(L, "%s shares memory with %s", names[x], names[y]);
+    }
+  } else {
+    for (int x = 0; x < 3; x++)
+      outs[x] = vsa_lua_newtensor(L, out_dt, d.device, 4, x == 0 ? sq : sk);
+  }
+  int64_t n_out[3] = {vsa_tensor_numel(outs[0]), vsa_tensor_numel(outs[1]),
+                      vsa_tensor_numel(outs[2])};
+
+  /* One buffer for everything else; with out on CUDA the inversion
+   * workspace joins it, so the shared scratch is asked once (asking again
+   * with more bytes would move it). */
+  int use_scratch = have_out && d.device != VSA_CPU;
+  size_t at = 0, ws_bytes = 0, o_f32[3] = {0, 0, 0};
+  if (use_scratch) {
+    size_t w1 = bsa_invert_scratch_bytes(BH, nkv, nq), w2 = bsa_invert_scratch_bytes(BH, nq, nkv);
+    ws_bytes = w1 > w2 ? w1 : w2;
+  }
+  size_t o_ws = carve(&at, ws_bytes);
+  size_t o_qi = carve(&at, (size_t)BH * nq * nkv * 4), o_qn = carve(&at, (size_t)BH * nq * 4);
+  size_t o_ki = carve(&at, (size_t)BH * nkv * nq * 4), o_kn = carve(&at, (size_t)BH * nkv * 4);
+  size_t o_delta = carve(&at, (size_t)(BH * d.Sq) * 4);
+  if (out_dt != VSA_F32)
+    for (int x = 0; x < 3; x++) o_f32[x] = carve(&at, (size_t)n_out[x] * 4);
+  char *base;
+  vsa_tensor *work = NULL;
+  if (use_scratch) {
+    base = vsa_arg_scratch(L, d.device, at);
+  } else {
+    int64_t n = (int64_t)(at / 4);
+    work = vsa_lua_newtensor(L, VSA_F32, d.device, 1, &n);
+    base = vsa_tensor_data(work);
+  }
+  int32_t *q2k_idx = (int32_t *)(base + o_qi), *q2k_num = (int32_t *)(base + o_qn);
+  int32_t *k2q_idx = (int32_t *)(base + o_ki), *k2q_num = (int32_t *)(base + o_kn);
+  float *delta = (float *)(base + o_delta), *f[3];
+  for (int x = 0; x < 3; x++)
+    f[x] = out_dt == VSA_F32 ? vsa_tensor_data(outs[x]) : (float *)(base + o_f32[x]);
+  void *ws = use_scratch ? base + o_ws : NULL;
+
+  /* q2k from k2q: the same inversion, rows and columns swapped... */
+  invert_ptrs(L, d.device, vsa_tensor_data(a.kidx), vsa_tensor_data(a.knum), BH,
+              (int)d.H, nkv, (int)a.kidx->shape[3], nq, q2k_idx, q2k_num, ws,
+              validate, "k2q_idx", "k2q_num", "kv block");
   /* ...and back, so dk/dv sum their q blocks in ascending order whatever
    * order the caller's k2q lists have (bitwise-deterministic dk/dv). */
-  int64_t ki[4] = {d.B, d.H, nkv, nq};
-  kidx = vsa_lua_newtensor(L, VSA_I32, d.device, 4, ki);
-  knum = vsa_lua_newtensor(L, VSA_I32, d.device, 3, wantn);
-  invert_into(L, q2k_idx, q2k_num, (int)d.H, nkv, kidx, knum, 1, "q2k_idx",
-              "q2k_num", "q block");
+  invert_ptrs(L, d.device, q2k_idx, q2k_num, BH, (int)d.H, nq, nkv, nkv,
+              k2q_idx, k2q_num, ws, validate, "q2k_idx", "q2k_num", "q block");
 
   vsa_shape s;
-  fill_shape(&d, &s, sm);
-  int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
-  vsa_tensor *dq = vsa_lua_newtensor(L, VSA_F32, d.device, 4, sq);
-  vsa_tensor *dk = vsa_lua_newtensor(L, VSA_F32, d.device, 4, sk);
-  vsa_tensor *dv = vsa_lua_newtensor(L, VSA_F32, d.device, 4, sk);
-  vsa_tensor *delta = vsa_lua_newtensor(L, VSA_F32, d.device, 3, sl);
-  int kw = nq;
-  /* Poison: any element the kernels fail to write stays NaN and fails checks. */
-  vsa_tensor *poison[4] = {dq, dk, dv, delta};
-  for (int i = 0; i < 4; i++)
-    if (vsa_tensor_fill(poison[i], NAN) != 0) return vsa_lua_raise(L);
+  fill_shape(&d, &s, a.sm_scale);
+  if (poison) {
+    for (int x = 0; x < 3; x++) poison_f32(L, d.device, f[x], n_out[x]);
+    poison_f32(L, d.device, delta, BH * d.Sq);
+  }
   if (d.device == VSA_CPU) {
-    if (vsa_backward_ref_cpu(&s, vsa_tensor_data(dO), vsa_tensor_data(q),
-                             vsa_tensor_data(k), vsa_tensor_data(v),
-                             vsa_tensor_data(o), vsa_tensor_data(lse),
-                             vsa_tensor_data(kidx), vsa_tensor_data(knum), kw,
-                             vsa_tensor_data(q2k_idx), vsa_tensor_data(q2k_num),
-                             nkv, vsa_tensor_data(vbs), vsa_tensor_data(dq),
-                             vsa_tensor_data(dk), vsa_tensor_data(dv),
-                             vsa_tensor_data(delta)) != 0)
+    if (vsa_backward_ref_cpu(&s, vsa_tensor_data(a.dO), vsa_tensor_data(a.q),
+                             vsa_tensor_data(a.k), vsa_tensor_data(a.v),
+                             vsa_tensor_data(a.o), vsa_tensor_data(a.lse),
+                             k2q_idx, k2q_num, nq, q2k_idx, q2k_num, nkv,
+                             vsa_tensor_data(a.vbs), f[0], f[1], f[2], delta) != 0)
       return vsa_lua_raise(L);
   } else {
     cudaError_t e = bsa_backward_ref(
-        &s, vsa_tensor_data(dO), vsa_tensor_data(q), vsa_tensor_data(k),
-        vsa_tensor_data(v), vsa_tensor_data(o), vsa_tensor_data(lse),
-        vsa_tensor_data(kidx), vsa_tensor_data(knum), kw,
-        vsa_tensor_data(q2k_idx), vsa_tensor_data(q2k_num), nkv,
-        vsa_tensor_data(vbs), vsa_tensor_data(dq), vsa_tensor_data(dk),
-        vsa_tensor_data(dv), vsa_tensor_data(delta), 0);
+        &s, vsa_tensor_data(a.dO), vsa_tensor_data(a.q), vsa_tensor_data(a.k),
+        vsa_tensor_data(a.v), vsa_tensor_data(a.o), vsa_tensor_data(a.lse),
+        k2q_idx, k2q_num, nq, q2k_idx, q2k_num, nkv, vsa_tensor_data(a.vbs),
+        f[0], f[1], f[2], delta, vsa_stream());
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_backward_ref");
   }
-  vsa_tensor_release(q2k_idx);
-  vsa_tensor_release(q2k_num);
-  vsa_tensor_release(kidx);
-  vsa_tensor_release(knum);
-  vsa_tensor_release(delta);
-  if (out_dt == VSA_F32) {
-    lua_pop(L, 1); /* delta */
-    return 3;
+  if (out_dt != VSA_F32) {
+    /* bf16 round to nearest even, as vsa_tensor_convert. */
+    for (int x = 0; x < 3; x++) {
+      uint16_t *dst = vsa_tensor_data(outs[x]);
+      if (d.device == VSA_CPU) {
+        for (int64_t i = 0; i < n_out[x]; i++) dst[i] = vsa_f32_to_bf16(f[x][i]);
+      } else {
+        cudaError_t e = vsa_convert(dst, VSA_BF16, f[x], VSA_F32, n_out[x], vsa_stream());
+        if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "vsa_convert");
+      }
+    }
   }
-  vsa_tensor *outs[3] = {dq, dk, dv};
-  for (int i = 0; i < 3; i++) {
-    vsa_tensor *b = vsa_lua_newtensor(L, VSA_BF16, d.device, 4, outs[i]->shape);
-    if (vsa_tensor_convert(b, outs[i]) != 0) return vsa_lua_raise(L);
-    vsa_tensor_release(outs[i]);
-  }
+  if (work) vsa_tensor_release(work);
+  for (int x = 0; x < 3; x++) lua_pushvalue(L, 11 + x);
   return 3;
 }
 
@@ -560,10 +668,23 @@ device_cc(lua_State *L, int dev)
 
 /* vsalab.backward_sm90a(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out={dq, dk, dv},
- *   poison=true, validate=false, canonical=true}]) -> dq, dk, dv bf16 (dq,
- *   dk × sm_scale). canonical sorts each kv list (two inversions) so dk/dv
- *   are bitwise the same whatever the list order; canonical=false skips it
- *   for lists already ascending (vsalab.invert_indices output).
+ *   poison=true, validate=false, canonical=true, version=3,
+ *   deterministic=false}]) -> dq, dk, dv bf16 (dq, dk × sm_scale).
+ * canonical sorts each kv list (two inversions) so dk/dv are bitwise the
+ * same whatever the list order; canonical=false skips it for lists already
+ * ascending (vsalab.invert_indices output). version picks the main kernel:
+ * 3 (warp-specialized TMA producer, default), 2 (one warpgroup, bulk dQ
+ * reduce) or 1 (dQ by atomics); kernels/NOTES.md has each one's figures.
+ * deterministic=true (version 3 only) adds every q block's dQ partials in
+ * ascending kv order, so dq is the same bits every run; it implies the
+ * canonical pass (its q2k lists order the adds), unless q2k={q2k_idx,
+ * q2k_num} hands over the same pairs as q2k lists with ascending rows and
+ * no repeats (vsalab.invert_indices of k2q_idx; not checked, a mismatch
+ * makes the kernel trap) and canonical=false says k2q rows are so too.
+ * q_chunk (version 3; default 512, 0 = off) takes each kv block's pairs
+ * one range of q_chunk q blocks at a time, all kv blocks of a range before
+ * the next, so the Q/dO/dQ working set stays in L2 at long sequences; it
+ * costs scratch of 8·B·H·Skv·D bytes for the dK/dV partials.
  * The native Hopper kernel (kernels/bsa_bwd_sm90a.cu): CUDA tensors on a
  * compute capability 9.0 device, D = 128. List and vbs contents are not read
  * on the host unless validate=true (the kernel itself never reads past a
@@ -573,22 +694,54 @@ device_cc(lua_State *L, int dev)
 static int
 l_backward_sm90a(lua_State *L)
 {
-  static const char *const keys[] = {"sm_scale", "out", "poison", "validate", "canonical", "dq", NULL};
+  static const char *const keys[] = {"sm_scale", "out", "poison", "validate", "canonical",
+                                     "version", "deterministic", "q2k", "q_chunk", NULL};
   vsa_arg_check_keys(L, 10, "backward_sm90a", keys);
-  int validate = 0, poison = 1, canonical = 1, dq_bulk = 1;
+  int validate = 0, poison = 1, canonical = 1, deterministic = 0, q_chunk = 512;
+  vsa_sm90a_variant variant = VSA_SM90A_WS;
   if (lua_istable(L, 10)) {
     validate = vsa_arg_bool(L, 10, "validate", 0);
     poison = vsa_arg_bool(L, 10, "poison", 1);
     canonical = vsa_arg_bool(L, 10, "canonical", 1);
-    lua_getfield(L, 10, "dq");
+    deterministic = vsa_arg_bool(L, 10, "deterministic", 0);
+    lua_getfield(L, 10, "q_chunk");
     if (!lua_isnil(L, -1)) {
-      const char *m = lua_tostring(L, -1);
-      if (!m || (strcmp(m, "bulk") && strcmp(m, "atomic")))
-        return vsa_lua_errorf(L, "backward_sm90a: field 'dq' must be 'bulk' or 'atomic'");
-      dq_bulk = strcmp(m, "bulk") == 0;
+      lua_Number v = lua_tonumber(L, -1);
+      if (lua_type(L, -1) != LUA_TNUMBER || v != floor(v) || v < 0 || v > 1 << 24)
+        return vsa_lua_errorf(L, "backward_sm90a: field 'q_chunk' must be an integer >= 0 "
+                                 "(q blocks per chunk, 0: no chunking)");
+      q_chunk = (int)v;
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, 10, "version");
+    if (!lua_isnil(L, -1)) {
+      lua_Number v = lua_tonumber(L, -1);
+      if (lua_type(L, -1) != LUA_TNUMBER || (v != 1 && v != 2 && v != 3))
+        return vsa_lua_errorf(L, "backward_sm90a: field 'version' must be 1, 2 or 3");
+      variant = v == 3 ? VSA_SM90A_WS : v == 2 ? VSA_SM90A_BULK : VSA_SM90A_ATOMIC;
     }
     lua_pop(L, 1);
   }
+  if (deterministic && variant != VSA_SM90A_WS)
+    return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3");
+  vsa_tensor *given_idx = NULL, *given_num = NULL;
+  if (lua_istable(L, 10)) {
+    lua_getfield(L, 10, "q2k");
+    if (!lua_isnil(L, -1)) {
+      if (!deterministic)
+        return vsa_lua_errorf(L, "backward_sm90a: field 'q2k' is only used with deterministic=true");
+      if (!lua_istable(L, -1))
+        return vsa_lua_errorf(L, "backward_sm90a: field 'q2k' must be {q2k_idx, q2k_num}");
+      int t = lua_gettop(L);
+      lua_rawgeti(L, t, 1);
+      given_idx = vsa_lua_checkarg(L, lua_gettop(L), "q2k[1] (q2k_idx)", VSA_I32, 4);
+      lua_rawgeti(L, t, 2);
+      given_num = vsa_lua_checkarg(L, lua_gettop(L), "q2k[2] (q2k_num)", VSA_I32, 3);
+    } else {
+      lua_pop(L, 1);
+    }
+  }
+  if (deterministic && !given_idx) canonical = 1;
   bwd_args a;
   backward_args(L, &a, validate);
   attn_dims d = a.d;
@@ -603,7 +756,7 @@ l_backward_sm90a(lua_State *L)
   vsa_shape s;
   fill_shape(&d, &s, a.sm_scale);
   int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
-  vsa_tensor *ci = NULL, *cn = NULL;
+  vsa_tensor *ci = NULL, *cn = NULL, *q2k_idx = NULL, *q2k_num = NULL;
   if (validate || canonical) {
     /* k2q -> q2k validates the lists; q2k -> k2q again gives every kv row
      * its q blocks in ascending order, so dk/dv (summed in list order) do
@@ -620,19 +773,36 @@ l_backward_sm90a(lua_State *L)
       invert_into(L, ti, tn, (int)d.H, a.nkv, ci, cn, 0, "q2k_idx", "q2k_num",
                   "q block");
     }
-    /* Free the q2k lists now; their userdata may be collected once popped. */
-    vsa_tensor_release(ti);
-    vsa_tensor_release(tn);
-    if (canonical) {
-      lua_remove(L, -3);
-      lua_remove(L, -3);
+    if (deterministic) {
+      q2k_idx = ti; /* kept on the stack: they order the dQ adds */
+      q2k_num = tn;
     } else {
-      lua_pop(L, 2);
+      /* Free the q2k lists now; their userdata may be collected once popped. */
+      vsa_tensor_release(ti);
+      vsa_tensor_release(tn);
+      if (canonical) {
+        lua_remove(L, -3);
+        lua_remove(L, -3);
+      } else {
+        lua_pop(L, 2);
+      }
     }
   }
   if (ci) {
     a.kidx = ci;
     a.knum = cn;
+  }
+  if (given_idx) {
+    int64_t gi[4] = {d.B, d.H, a.nq, a.nkv}, gn[3] = {d.B, d.H, a.nq};
+    gi[3] = given_idx->shape[3];
+    vsa_arg_shape(L, given_idx, "q2k[1] (q2k_idx)", 4, gi);
+    vsa_arg_shape(L, given_num, "q2k[2] (q2k_num)", 3, gn);
+    vsa_arg_device(L, given_idx, "q2k[1] (q2k_idx)", d.device, "q");
+    vsa_arg_device(L, given_num, "q2k[2] (q2k_num)", d.device, "q");
+    if (!vsa_tensor_is_contiguous(given_idx) || !vsa_tensor_is_contiguous(given_num))
+      return vsa_lua_errorf(L, "q2k: the lists must be contiguous");
+    q2k_idx = given_idx;
+    q2k_num = given_num;
   }
   vsa_tensor *outs[3];
   const char *names[3] = {"out[1] (dq)", "out[2] (dk)", "out[3] (dv)"};
@@ -670,9 +840,9 @@ l_backward_sm90a(lua_State *L)
   if (poison)
     for (int x = 0; x < 3; x++)
       if (vsa_tensor_fill(outs[x], NAN) != 0) return vsa_lua_raise(L);
-  void *ws = vsa_arg_scratch(L, d.device, bsa_backward_sm90a_scratch_bytes(&s));
+  void *ws = vsa_arg_scratch(L, d.device, bsa_backward_sm90a_scratch_bytes(&s, q_chunk));
   if (poison) {
-    cudaError_t e = vsa_fill(ws, VSA_F32, (int64_t)(bsa_backward_sm90a_scratch_bytes(&s) / 4), NAN, 0);
+    cudaError_t e = vsa_fill(ws, VSA_F32, (int64_t)(bsa_backward_sm90a_scratch_bytes(&s, q_chunk) / 4), NAN, vsa_stream());
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "scratch poison");
   }
   cudaError_t e = bsa_backward_sm90a(
@@ -680,7 +850,9 @@ l_backward_sm90a(lua_State *L)
       vsa_tensor_data(a.v), vsa_tensor_data(a.o), vsa_tensor_data(a.lse),
       vsa_tensor_data(a.kidx), vsa_tensor_data(a.knum), (int)a.kidx->shape[3],
       vsa_tensor_data(a.vbs), ws, vsa_tensor_data(outs[0]),
-      vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]), dq_bulk, 0);
+      vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]), variant,
+      q2k_idx ? vsa_tensor_data(q2k_idx) : NULL, q2k_num ? vsa_tensor_data(q2k_num) : NULL,
+      q2k_idx ? (int)q2k_idx->shape[3] : 0, q_chunk, vsa_stream());
   if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_backward_sm90a");
   return 3; /* the three outputs are the top of the stack */
 }

@@ -37,8 +37,10 @@ for n, s in ipairs(shapes) do
   end
   local p = P.build(spec)
   local ref = {vsalab.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, {out_dtype = "f32"})}
-  for _, mode in ipairs{"bulk", "atomic"} do
-  local ok, a, b2, c2 = pcall(vsalab.backward_sm90a, p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, {dq = mode})
+  for _, mode in ipairs{"v3", "v3-det", "v3-chunk2", "v3-det-chunk3", "v2", "v1"} do
+  local opts = {version = tonumber(mode:sub(2, 2)), deterministic = mode:find("det") ~= nil,
+    q_chunk = tonumber(mode:match("chunk(%d)"))}
+  local ok, a, b2, c2 = pcall(vsalab.backward_sm90a, p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, opts)
   if not ok then
     print("shape " .. n .. ": error " .. tostring(a))
     bad = bad + 1
@@ -53,10 +55,29 @@ for n, s in ipairs(shapes) do
         detail(name, got[x], ref[x], x == 1 and p.Sq or p.Skv, 128)
       end
     end
-    print(string.format("shape %d B%d H%d Sq%d Skv%d dq=%s: %s", n, s.B, s.H, s.Sq, s.Skv, mode, table.concat(line, ", ")))
+    print(string.format("shape %d B%d H%d Sq%d Skv%d %s: %s", n, s.B, s.H, s.Sq, s.Skv, mode, table.concat(line, ", ")))
   end
   end
   P.free(p)
 end
 if bad > 0 then error(bad .. " sm90a outputs off", 0) end
 print("sm90a quick check: all outputs within 1e-2 of the reference")
+
+-- The deterministic mode must give the same bits on every launch.
+do
+  local p = P.build{B = 2, H = 4, Sq = 2048, D = 128, density = 0.25, seed = 42, device = "cuda"}
+  local det = {deterministic = true, q_chunk = 5}
+  local first = {vsalab.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, det)}
+  local worst = 0
+  for _ = 1, 20 do
+    local o = {vsalab.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, det)}
+    for x = 1, 3 do
+      local c = vsalab.compare(o[x], first[x])
+      if c.max_abs > worst then worst = c.max_abs end
+      o[x]:free()
+    end
+  end
+  print(string.format("v3-det (q_chunk 5): 20 launches, max |difference| to the first %.3g (must be 0)", worst))
+  if worst ~= 0 then error("deterministic mode is not deterministic", 0) end
+  P.free(p)
+end

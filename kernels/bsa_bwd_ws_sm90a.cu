@@ -1,0 +1,301 @@
+/* bsa_bwd_ws_sm90a.cu — version 3 of the native Hopper backward: the same
+ * per-pair math as v2 (sm90_bwd_pair.cuh), warp-specialized.
+ *
+ * CTA = 2 warpgroups per (b, h, kv block j), two CTAs per SM:
+ *  - consumer warpgroup (threads 0..127, 232 registers after setmaxnreg):
+ *    keeps dK, dV in registers and runs the five GEMMs of each pair; it
+ *    never issues a load or waits on the copy engine;
+ *  - producer warpgroup (threads 128..255, 24 registers; one thread works):
+ *    TMA-loads K_j, V_j once and Q_i, dO_i (128B-swizzled boxes), lse_i and
+ *    Delta_i (bulk copies) into a two-stage ring on mbarriers, and issues
+ *    each pair's dQ bulk reduce-add once the consumer has staged it.
+ * The dQ partial of pair n is staged in its own dead Q/dO stage; the
+ * producer waits for that stage's reduce to have read shared memory before
+ * loading pair n+2 into it, while the consumer works on pair n+1.
+ *
+ * Deterministic mode (DET): the producer adds q block i's partial only when
+ * a per-(b, h, i) counter equals the rank of j among the kv blocks that
+ * select i (ascending), found by binary search in the q2k row of i; after
+ * its reduce has completed it increments the counter. The accumulator then
+ * sums every q block's partials in ascending kv order: the same bits every
+ * run. CTAs start in blockIdx order, so a lower kv block's CTA is resident
+ * or done before a higher one waits on it (no deadlock); a wait that
+ * exceeds ~2^28 polls traps instead of hanging.
+ *
+ * Semantics as v2 (src/bsa.h): entries outside [0, nq) skipped, counts
+ * clamped to the width, padded kv rows zeroed in shared memory, empty lists
+ * write exact zero dK/dV. Built for sm_90a only; head dim 128.
+ */
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include "kernels.h"
+#include "sm90_bwd_pair.cuh"
+#include "sm90_bwd_ws.h"
+
+namespace {
+
+using namespace sm90bwd;
+constexpr int THREADS = 2 * CONSUMER_THREADS;
+constexpr uint32_t OFF_BAR = OFF_END;  // kv, full[2], dq_ready[2]
+constexpr uint32_t SMEM_BYTES = OFF_BAR + 5 * 8 + 1024;
+constexpr uint32_t STAGE_TX = STAGE_BYTES + STATS_BYTES;
+
+__device__ __forceinline__ int
+kv_rank(const sm90_ws_params &p, int64_t bh, int i, int j)
+{
+  const int32_t *row = p.q2k_idx + (bh * p.nq + i) * (int64_t)p.q2k_width;
+  int lo = 0, hi = min(max(p.q2k_num[bh * p.nq + i], 0), p.q2k_width);
+  while (lo < hi) { // first position whose kv block is >= j
+    int mid = (lo + hi) >> 1;
+    if (__ldg(row + mid) < j) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+/* Producer: add the dQ partial staged in stage s into q block i's rows;
+ * returns once the copy engine has read the stage. In deterministic mode
+ * it first waits for its turn; release_dq then hands the turn on. */
+template <bool DET>
+__device__ __forceinline__ void
+reduce_dq(const sm90_ws_params &p, int64_t bh, int i, int j, uint32_t stage)
+{
+  float *dqa = p.dq_accum + (bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK) * D;
+  if (DET) {
+    const int *sem = p.dq_sem + bh * p.nq + i;
+    int rank = kv_rank(p, bh, i, j);
+    for (long long spin = 0; ld_acquire(sem) != rank; spin++)
+      if (spin > (1ll << 28)) __trap();
+    fence_proxy_async_global();
+  }
+  bulk_reduce_add_f32(dqa, stage, BLK * D * sizeof(float));
+  bulk_wait_read();
+}
+
+/* Deterministic mode: once the last reduce has completed (written, not only
+ * read: the next adder builds on it), let the next kv block add into q
+ * block i. Called after the next stage's loads are issued, so the wait
+ * overlaps them. */
+__device__ __forceinline__ void
+release_dq(const sm90_ws_params &p, int64_t bh, int i)
+{
+  bulk_wait_all();
+  fence_proxy_async_global();
+  red_release_add(p.dq_sem + bh * p.nq + i, 1);
+}
+
+/* Consumer threads, after the last pair of chunk c: hand dK, dV on. With
+ * one chunk they go straight out as bf16; otherwise chunk c waits until
+ * chunk c-1 of the same kv block has stored its running sum, adds it, and
+ * stores the sum (or, for the last chunk, the bf16 outputs) before letting
+ * chunk c+1 go. Chunks of a kv block start in order (chunk-major grid), so
+ * the wait never depends on a CTA that has not started; the adds happen in
+ * chunk order, so dK/dV are the same bits every run. */
+__device__ __forceinline__ void
+finish_kv(const sm90_ws_params &p, int64_t bh, int j, int c, float *acc_dk, float *acc_dv)
+{
+  const int64_t kv_row0 = bh * ((int64_t)p.nkv * BLK) + (int64_t)j * BLK;
+  if (p.chunks == 1) {
+    store_rows(p.dk + kv_row0 * D, acc_dk, p.sm_scale);
+    store_rows(p.dv + kv_row0 * D, acc_dv, 1.f);
+    return;
+  }
+  int *sem = p.kv_sem + bh * p.nkv + j;
+  const int t = threadIdx.x & 127;
+  // This thread's fragment: 64 floats of dK, then 64 of dV, per thread.
+  float4 *acc = reinterpret_cast<float4 *>(p.kv_acc + kv_row0 * (2 * D)) + t;
+  if (c > 0) {
+    if (t == 0)
+      for (long long spin = 0; ld_acquire(sem) != c; spin++)
+        if (spin > (1ll << 28)) __trap();
+    named_sync(BAR_CONSUMERS, CONSUMER_THREADS);
+    __threadfence();
+#pragma unroll
+    for (int x = 0; x < 16; x++) {
+      float4 a = __ldcg(acc + x * CONSUMER_THREADS), v = __ldcg(acc + (16 + x) * CONSUMER_THREADS);
+      acc_dk[4 * x] += a.x; acc_dk[4 * x + 1] += a.y; acc_dk[4 * x + 2] += a.z; acc_dk[4 * x + 3] += a.w;
+      acc_dv[4 * x] += v.x; acc_dv[4 * x + 1] += v.y; acc_dv[4 * x + 2] += v.z; acc_dv[4 * x + 3] += v.w;
+    }
+  }
+  if (c == p.chunks - 1) {
+    store_rows(p.dk + kv_row0 * D, acc_dk, p.sm_scale);
+    store_rows(p.dv + kv_row0 * D, acc_dv, 1.f);
+    return;
+  }
+#pragma unroll
+  for (int x = 0; x < 16; x++) {
+    __stcg(acc + x * CONSUMER_THREADS,
+           make_float4(acc_dk[4 * x], acc_dk[4 * x + 1], acc_dk[4 * x + 2], acc_dk[4 * x + 3]));
+    __stcg(acc + (16 + x) * CONSUMER_THREADS,
+           make_float4(acc_dv[4 * x], acc_dv[4 * x + 1], acc_dv[4 * x + 2], acc_dv[4 * x + 3]));
+  }
+  __threadfence();
+  named_sync(BAR_CONSUMERS, CONSUMER_THREADS);
+  if (t == 0) red_release_add(sem, 1);
+}
+
+template <bool DET>
+__global__ void __launch_bounds__(THREADS, 2)
+bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
+{
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
+  const int j = blockIdx.x, c = blockIdx.y;
+  const int64_t bh = blockIdx.z;
+  const int64_t kv_row0 = bh * ((int64_t)p.nkv * BLK) + (int64_t)j * BLK;
+  const bool consumer = threadIdx.x < CONSUMER_THREADS;
+  const int lo = c * p.q_chunk, hi = min(p.nq, lo + p.q_chunk);
+
+  int cnt = p.k2q_num[bh * p.nkv + j];
+  cnt = min(max(cnt, 0), p.k2q_width);
+  const int32_t *list = p.k2q_idx + (bh * p.nkv + j) * (int64_t)p.k2q_width;
+  // first == cnt: nothing in this chunk selects this kv block; the
+  // consumer still hands zero partials on (exact zero dK/dV when no chunk
+  // has a pair).
+  const int first = next_entry(list, 0, cnt, lo, hi);
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
+  unsigned char *base_ptr = smem_raw + (base - smem_addr(smem_raw));
+  const uint32_t bar_kv = base + OFF_BAR, bar_full = bar_kv + 8, bar_ready = bar_kv + 24;
+  if (threadIdx.x == 0) {
+    mbar_init(bar_kv, 1);
+    for (int s = 0; s < 2; s++) {
+      mbar_init(bar_full + 8 * s, 1);
+      mbar_init(bar_ready + 8 * s, CONSUMER_THREADS);
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (!consumer) {
+    setmaxnreg_dec<24>();
+    if (threadIdx.x != CONSUMER_THREADS || first >= cnt) return;
+    mbar_arrive_expect_tx(bar_kv, 2 * TILE);
+    const int kr = (int)kv_row0;
+    tma_load_2d(base + OFF_K, &p.tm_k, 0, kr, bar_kv);
+    tma_load_2d(base + OFF_K + REGION, &p.tm_k, 64, kr, bar_kv);
+    tma_load_2d(base + OFF_V, &p.tm_v, 0, kr, bar_kv);
+    tma_load_2d(base + OFF_V + REGION, &p.tm_v, 64, kr, bar_kv);
+    int staged0 = 0, staged1 = 0; // q block whose pair uses each stage
+    int n = 0;
+    for (int e = first; e < cnt; e = next_entry(list, e + 1, cnt, lo, hi), n++) {
+      const int s = n & 1;
+      const uint32_t st = base + OFF_STAGE + s * STAGE_BYTES;
+      const int done = s ? staged1 : staged0;
+      if (n >= 2) { // pair n-2's dQ, staged here, goes out before the refill
+        mbar_wait(bar_ready + 8 * s, ((n - 2) >> 1) & 1);
+        reduce_dq<DET>(p, bh, done, j, st);
+      }
+      const int i = __ldg(list + e);
+      if (s) staged1 = i; else staged0 = i;
+      const int64_t q_row0 = bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK;
+      const uint32_t full = bar_full + 8 * s;
+      mbar_arrive_expect_tx(full, STAGE_TX);
+      tma_load_2d(st, &p.tm_q, 0, (int)q_row0, full);
+      tma_load_2d(st + REGION, &p.tm_q, 64, (int)q_row0, full);
+      tma_load_2d(st + TILE, &p.tm_do, 0, (int)q_row0, full);
+      tma_load_2d(st + TILE + REGION, &p.tm_do, 64, (int)q_row0, full);
+      const uint32_t stats = base + OFF_STATS + s * STATS_BYTES;
+      bulk_load(stats, p.lse + q_row0, BLK * sizeof(float), full);
+      bulk_load(stats + BLK * sizeof(float), p.delta + q_row0, BLK * sizeof(float), full);
+      if (DET && n >= 2) release_dq(p, bh, done);
+    }
+    for (int m = n >= 2 ? n - 2 : 0; m < n; m++) { // the last pairs' dQ
+      const int s = m & 1;
+      mbar_wait(bar_ready + 8 * s, (m >> 1) & 1);
+      reduce_dq<DET>(p, bh, s ? staged1 : staged0, j, base + OFF_STAGE + s * STAGE_BYTES);
+      if (DET) release_dq(p, bh, s ? staged1 : staged0);
+    }
+    bulk_wait_all();
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int vb = p.vbs[j];
+  const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;  // this thread's kv rows
+  const bool valid0 = r0 < vb, valid1 = r1 < vb;
+  float acc_dk[64], acc_dv[64];
+#pragma unroll
+  for (int x = 0; x < 64; x++) acc_dk[x] = acc_dv[x] = 0.f;
+
+  if (first < cnt) {
+    mbar_wait(bar_kv, 0);
+    if (vb < BLK) {
+      zero_padded_rows(base_ptr, vb);
+      fence_proxy_async();
+      named_sync(BAR_CONSUMERS, CONSUMER_THREADS);
+    }
+  }
+  int n = 0;
+  for (int e = first; e < cnt; e = next_entry(list, e + 1, cnt, lo, hi), n++) {
+    const int s = n & 1;
+    mbar_wait(bar_full + 8 * s, (n >> 1) & 1);
+    const uint32_t sQ = base + OFF_STAGE + s * STAGE_BYTES;
+    unsigned char *stg = base_ptr + OFF_STAGE + s * STAGE_BYTES;
+    const float *lse = reinterpret_cast<const float *>(base_ptr + OFF_STATS + s * STATS_BYTES);
+    pair_gradients(base, base_ptr, sQ, sQ + TILE, lse, lse + BLK, p.scale_log2, valid0,
+                   valid1, acc_dk, acc_dv,
+                   [&](int hn, const float *acc_q) { stage_dq_half(stg, hn, acc_q); });
+    fence_proxy_async(); // the staged dQ is read by the copy engine next
+    mbar_arrive(bar_ready + 8 * s);
+  }
+  finish_kv(p, bh, j, c, acc_dk, acc_dv);
+#endif
+}
+
+} // namespace
+
+/* A 2D tensor map over rows x 128 bf16 (256-byte rows), 64x64 boxes with
+ * the 128-byte swizzle the wgmma descriptors expect. */
+static cudaError_t
+tile_map(CUtensorMap *m, const void *data, int64_t rows)
+{
+  typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static encode_fn encode;
+  if (!encode) {
+    cudaDriverEntryPointQueryResult q;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode,
+                                                     12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess) return e;
+    if (q != cudaDriverEntryPointSuccess || !encode) return cudaErrorNotSupported;
+  }
+  cuuint64_t dims[2] = {(cuuint64_t)D, (cuuint64_t)rows};
+  cuuint64_t strides[1] = {(cuuint64_t)D * 2};
+  cuuint32_t box[2] = {64, 64}, elem[2] = {1, 1};
+  CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(data), dims,
+                      strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t
+sm90_ws_launch(sm90_ws_params &p, const void *q, const void *k, const void *v, const void *dO,
+               int B, int64_t Sq, int64_t Skv, cudaStream_t stream)
+{
+  int64_t qrows = (int64_t)B * p.H * Sq, krows = (int64_t)B * p.H * Skv;
+  if (qrows >= (1ll << 31) || krows >= (1ll << 31)) return cudaErrorInvalidValue;
+  cudaError_t e = tile_map(&p.tm_q, q, qrows);
+  if (e == cudaSuccess) e = tile_map(&p.tm_do, dO, qrows);
+  if (e == cudaSuccess) e = tile_map(&p.tm_k, k, krows);
+  if (e == cudaSuccess) e = tile_map(&p.tm_v, v, krows);
+  if (e != cudaSuccess) return e;
+  static bool configured = false;
+  if (!configured) {
+    e = cudaFuncSetAttribute(bwd_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(bwd_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  dim3 grid(p.nkv, p.chunks, B * p.H);
+  if (p.q2k_idx)
+    bwd_ws_kernel<true><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
+  else
+    bwd_ws_kernel<false><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
+  return cudaGetLastError();
+}

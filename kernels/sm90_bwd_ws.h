@@ -1,0 +1,31 @@
+/* sm90_bwd_ws.h — between the sm_90a backward's launcher (bsa_bwd_sm90a.cu)
+ * and its warp-specialized main kernel (bsa_bwd_ws_sm90a.cu, v3). */
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+struct sm90_ws_params {
+  CUtensorMap tm_q, tm_do, tm_k, tm_v; // filled by sm90_ws_launch
+  const float *lse, *delta;
+  const int32_t *k2q_idx, *k2q_num, *vbs;
+  const int32_t *q2k_idx, *q2k_num; // non-NULL: deterministic dQ order
+  int k2q_width, q2k_width, H, nq, nkv;
+  float sm_scale, scale_log2;
+  float *dq_accum;
+  int *dq_sem; // per (b, h, q block), zeroed (deterministic mode)
+  // q chunking: CTA (j, c) takes the pairs of kv block j with q block in
+  // [c·q_chunk, (c+1)·q_chunk); chunks > 1 passes dK/dV partials (fp32,
+  // wgmma fragment order) from chunk to chunk through kv_acc in order,
+  // gated by kv_sem (per (b, h, kv block), zeroed).
+  int q_chunk, chunks;
+  float *kv_acc;
+  int *kv_sem;
+  __nv_bfloat16 *dk, *dv;
+};
+
+/* Build the tensor maps of q, k, v, dO ([B*H*S, 128] bf16 rows) and launch
+ * the main kernel over (nkv, chunks, B*H). */
+cudaError_t sm90_ws_launch(sm90_ws_params &p, const void *q, const void *k, const void *v,
+                           const void *dO, int B, int64_t Sq, int64_t Skv, cudaStream_t stream);
