@@ -53,3 +53,17 @@ vsa_runtime_version_string(char *buf, int len)
   (void)cudaRuntimeGetVersion(&v);
   snprintf(buf, len, "%d.%d", v / 1000, (v % 1000) / 10);
 }
+
+static cudaStream_t current_stream;
+
+cudaStream_t
+vsa_stream(void)
+{
+  return current_stream;
+}
+
+void
+vsa_set_stream(cudaStream_t s)
+{
+  current_stream = s;
+}

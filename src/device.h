@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 
+#include <cuda_runtime_api.h>
+
 typedef struct {
   int index;
   char name[256];
@@ -24,5 +26,11 @@ int vsa_device_count(int *n);
 int vsa_device_get_info(int device, vsa_device_info *out);
 /* cudaRuntimeGetVersion as "13.0" (works without a GPU). */
 void vsa_runtime_version_string(char *buf, int len);
+
+/* The stream every launch from the Lua bindings goes to: the legacy default
+ * stream, except while vsalab.bench_raw captures a CUDA graph (mode
+ * 'graph'), when it is the capturing stream. */
+cudaStream_t vsa_stream(void);
+void vsa_set_stream(cudaStream_t s);
 
 #endif

@@ -242,6 +242,10 @@ setup(lua_State *L)
     lua_pushnumber(L, (lua_Number)o->resume);
     lua_setfield(L, -2, "resume");
   }
+  if (o->timing) {
+    lua_pushstring(L, o->timing);
+    lua_setfield(L, -2, "timing");
+  }
   if (o->point_timeout > 0) {
     lua_pushnumber(L, o->point_timeout);
     lua_setfield(L, -2, "point_timeout");

@@ -12,6 +12,7 @@ typedef struct {
   int ncontext;
   long long resume;     /* --resume RUN: continue that run (0: a new run) */
   double point_timeout; /* --point-timeout seconds (0: none) */
+  const char *timing;   /* --timing hot|cold|graph (NULL: the script's choice) */
   int device;           /* CUDA ordinal for new tensors */
   long long seed;       /* run seed, handed to scripts as vsalab.context.seed */
   const char *script;   /* script path, or NULL */

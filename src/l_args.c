@@ -179,6 +179,16 @@ static int scratch_device = -2;
 vsa_list_error *vsa_d_list_error;
 vsa_compare_sums *vsa_d_compare_sums;
 
+void
+vsa_reclaim_device_memory(lua_State *L)
+{
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  if (scratch) cudaFree(scratch);
+  scratch = NULL;
+  scratch_bytes = 0;
+  (void)cudaGetLastError();
+}
+
 void *
 vsa_arg_scratch(lua_State *L, int dev, size_t bytes)
 {

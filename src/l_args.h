@@ -33,6 +33,9 @@ void vsa_arg_check_keys(lua_State *L, int idx, const char *fn, const char *const
 /* Grow-only device scratch of at least bytes on dev (one per process), plus
  * two small device structs it keeps beside it. */
 void *vsa_arg_scratch(lua_State *L, int dev, size_t bytes);
+/* After an out-of-memory: collect unreachable tensors and free the cached
+ * scratch (it only ever grows otherwise), so a retry can succeed. */
+void vsa_reclaim_device_memory(lua_State *L);
 extern vsa_list_error *vsa_d_list_error;
 extern vsa_compare_sums *vsa_d_compare_sums;
 

@@ -53,6 +53,8 @@ call_fn(lua_State *L)
 
 typedef struct {
   cudaEvent_t start, stop;
+  cudaStream_t capture;  /* mode 'graph': the stream the call is captured on */
+  cudaGraphExec_t graph; /* ... and the instantiated graph replayed per sample */
 } event_pair;
 
 static int
@@ -61,7 +63,11 @@ l_events_gc(lua_State *L)
   event_pair *e = lua_touserdata(L, 1);
   if (e->start) cudaEventDestroy(e->start);
   if (e->stop) cudaEventDestroy(e->stop);
+  if (e->graph) cudaGraphExecDestroy(e->graph);
+  if (e->capture) cudaStreamDestroy(e->capture);
   e->start = e->stop = NULL;
+  e->graph = NULL;
+  e->capture = NULL;
   (void)cudaGetLastError();
   return 0;
 }
@@ -107,6 +113,40 @@ flush_l2(lua_State *L)
   return 0;
 }
 
+/* Mode 'graph': capture one call of fn into a CUDA graph on a fresh stream
+ * (every launch of the bindings goes to vsa_stream()) and instantiate it in
+ * ev->graph. The capture is thread-local, so an allocation, a host copy or a
+ * synchronisation inside fn fails the capture with a clear error instead of
+ * baking freed or host-dependent work into the graph. */
+static void
+capture_graph(lua_State *L, event_pair *ev)
+{
+  cudaError_t e = cudaStreamCreateWithFlags(&ev->capture, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaStreamBeginCapture(ev->capture, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    vsa_fail_cuda(e, "bench: graph capture", __FILE__, __LINE__);
+    vsa_lua_raise(L);
+  }
+  vsa_set_stream(ev->capture);
+  lua_gc(L, LUA_GCSTOP, 0); /* no cudaFree from a collector mid-capture */
+  lua_pushvalue(L, 1);
+  int rc = lua_pcall(L, 0, 0, 0);
+  lua_gc(L, LUA_GCRESTART, 0);
+  vsa_set_stream(0);
+  cudaGraph_t g = NULL;
+  e = cudaStreamEndCapture(ev->capture, &g);
+  if (rc == 0 && e == cudaSuccess) e = cudaGraphInstantiate(&ev->graph, g, 0);
+  if (g) cudaGraphDestroy(g);
+  (void)cudaGetLastError(); /* capture errors are not sticky */
+  if (rc != 0)
+    vsa_lua_errorf(L, "bench: mode 'graph' could not capture the timed function (it must "
+                      "only launch work into buffers that already exist): %s",
+                   lua_tostring(L, -1));
+  if (e != cudaSuccess)
+    vsa_lua_errorf(L, "bench: mode 'graph' could not capture the timed function: %s",
+                   cudaGetErrorString(e));
+}
+
 static double
 opt_real(lua_State *L, int idx, const char *k, double def, double lo, double hi)
 {
@@ -122,8 +162,10 @@ opt_real(lua_State *L, int idx, const char *k, double def, double lo, double hi)
 }
 
 /* vsalab.bench_raw(fn, opts) -> {ms...}, clock, stop reason.
- * opts: mode='hot' (back-to-back) or 'cold' (an L2-sized buffer rewritten
- * before every sample, outside the timed region); warmup=3; repeats=N (a
+ * opts: mode='hot' (back-to-back), 'cold' (an L2-sized buffer rewritten
+ * before every sample, outside the timed region) or 'graph' (fn captured
+ * once into a CUDA graph after the warm-up; each sample replays it, so host
+ * overhead between launches is gone); warmup=3; repeats=N (a
  * fixed count) or the adaptive rule with nvbench's defaults: at least
  * min_samples=10 samples and min_time=0.5 s of samples, then stop once the
  * relative standard deviation is <= max_noise=0.005, or at max_time=15 s,
@@ -161,10 +203,9 @@ l_bench_raw(lua_State *L)
   if (max_samples < min_samples) max_samples = min_samples;
   lua_getfield(L, 2, "mode");
   const char *mode = lua_isnil(L, -1) ? "hot" : lua_tostring(L, -1);
-  if (!mode || (strcmp(mode, "hot") && strcmp(mode, "cold")))
-    return vsa_lua_errorf(L, "bench: field 'mode' must be 'hot' or 'cold' "
-                             "('graph' replay is not available yet)");
-  int cold = strcmp(mode, "cold") == 0;
+  if (!mode || (strcmp(mode, "hot") && strcmp(mode, "cold") && strcmp(mode, "graph")))
+    return vsa_lua_errorf(L, "bench: field 'mode' must be 'hot', 'cold' or 'graph'");
+  int cold = strcmp(mode, "cold") == 0, graph = strcmp(mode, "graph") == 0;
   lua_pop(L, 1);
   lua_getfield(L, 2, "clock");
   const char *clock = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1);
@@ -183,6 +224,8 @@ l_bench_raw(lua_State *L)
   lua_pop(L, 1);
   if (cold && !use_cuda)
     return vsa_lua_errorf(L, "bench: mode 'cold' needs the cuda clock (it flushes the GPU's L2)");
+  if (graph && !use_cuda)
+    return vsa_lua_errorf(L, "bench: mode 'graph' needs the cuda clock (it replays a CUDA graph)");
   /* Events and the sample array live in userdata, so an error in fn leaks
    * nothing. */
   event_pair *ev = lua_newuserdata(L, sizeof *ev);
@@ -210,6 +253,7 @@ l_bench_raw(lua_State *L)
       return vsa_lua_raise(L);
     }
   }
+  if (graph) capture_graph(L, ev);
   const char *reason = "repeats";
   double total = 0, wall0 = host_ms();
   int n = 0;
@@ -234,7 +278,15 @@ l_bench_raw(lua_State *L)
     if (use_cuda) {
       if (cold) flush_l2(L);
       cudaEventRecord(ev->start, 0);
-      call_fn(L);
+      if (graph) {
+        cudaError_t e = cudaGraphLaunch(ev->graph, 0);
+        if (e != cudaSuccess) {
+          vsa_fail_cuda(e, "bench: graph replay", __FILE__, __LINE__);
+          return vsa_lua_raise(L);
+        }
+      } else {
+        call_fn(L);
+      }
       cudaEventRecord(ev->stop, 0);
       cudaError_t e = cudaEventSynchronize(ev->stop);
       float f = 0;
@@ -355,9 +407,27 @@ l_gpu_sleep(lua_State *L)
   double us = luaL_checknumber(L, 1);
   if (!(us >= 0 && us <= 1e7)) return vsa_lua_errorf(L, "gpu_sleep: microseconds must be in [0, 1e7]");
   vsa_lua_require_cuda(L);
-  cudaError_t e = vsa_gpu_sleep((long long)(us * 1000), 0);
+  cudaError_t e = vsa_gpu_sleep((long long)(us * 1000), vsa_stream());
   if (e != cudaSuccess) {
     vsa_fail_cuda(e, "gpu_sleep", __FILE__, __LINE__);
+    return vsa_lua_raise(L);
+  }
+  return 0;
+}
+
+/* vsalab.gpu_fault(): launch a kernel that stores to an unmapped address
+ * and wait for it: raises cudaErrorIllegalAddress, and the CUDA context is
+ * unusable afterwards (a sticky error; only a new process recovers).
+ * Fault injection for the robustness proof (VSALAB_FAULT_AT in experiments,
+ * tests/gpu/fault_proof.sh); never called otherwise. */
+static int
+l_gpu_fault(lua_State *L)
+{
+  vsa_lua_require_cuda(L);
+  cudaError_t e = vsa_gpu_fault(vsa_stream());
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    vsa_fail_cuda(e, "gpu_fault", __FILE__, __LINE__);
     return vsa_lua_raise(L);
   }
   return 0;
@@ -376,7 +446,7 @@ l_runtime_version(lua_State *L)
 static const luaL_Reg functions[] = {
     {"bench_raw", l_bench_raw}, {"synchronize", l_synchronize},
     {"device_info", l_device_info}, {"runtime_version", l_runtime_version},
-    {"gpu_clocks", l_gpu_clocks}, {"gpu_sleep", l_gpu_sleep},
+    {"gpu_clocks", l_gpu_clocks}, {"gpu_sleep", l_gpu_sleep}, {"gpu_fault", l_gpu_fault},
     {NULL, NULL}};
 
 void

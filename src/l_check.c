@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "device.h"
 #include "l_args.h"
 
 // ----------------------------------------------------------------------------
@@ -193,7 +194,7 @@ l_compare(lua_State *L)
     cudaError_t e = cudaMemset(vsa_d_compare_sums, 0, sizeof s);
     if (e == cudaSuccess)
       e = vsa_compare(vsa_tensor_data(x), x->dtype, vsa_tensor_data(r),
-                      r->dtype, n, vsa_d_compare_sums, 0);
+                      r->dtype, n, vsa_d_compare_sums, vsa_stream());
     if (e == cudaSuccess)
       e = cudaMemcpy(&s, vsa_d_compare_sums, sizeof s, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "compare");

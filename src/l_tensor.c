@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "device.h"
+#include "l_args.h"
 #include "lua_api.h"
 
 static int current_device = 0;
@@ -132,8 +133,9 @@ vsa_lua_newtensor(lua_State *L, vsa_dtype dtype, int device, int ndim,
   int oom = 0;
   if (vsa_tensor_alloc(t, dtype, device, ndim, shape, &oom) == 0) return t;
   if (!oom) vsa_lua_raise(L);
-  /* Unreachable tensors may still hold device memory: collect, retry once. */
-  lua_gc(L, LUA_GCCOLLECT, 0);
+  /* Unreachable tensors and the cached scratch may hold device memory:
+   * reclaim, retry once. */
+  vsa_reclaim_device_memory(L);
   if (vsa_tensor_alloc(t, dtype, device, ndim, shape, &oom) != 0)
     vsa_lua_raise(L);
   return t;
@@ -506,8 +508,12 @@ l_fill_randn(lua_State *L)
     return vsa_lua_errorf(L, "fill_randn: field 'seed' must be an integer in [0, 2^53)");
   if (!(offset >= 0 && offset == floor(offset) && offset < 9007199254740992.0))
     return vsa_lua_errorf(L, "fill_randn: field 'offset' must be an integer in [0, 2^53)");
-  if (vsa_tensor_randn(t, (uint64_t)seed, (uint64_t)offset, mean, std) != 0)
-    vsa_lua_raise(L);
+  int rc = vsa_tensor_randn(t, (uint64_t)seed, (uint64_t)offset, mean, std);
+  if (rc != 0 && strstr(vsa_last_error(), "cudaErrorMemoryAllocation")) {
+    vsa_reclaim_device_memory(L); /* its f32 staging buffer did not fit */
+    rc = vsa_tensor_randn(t, (uint64_t)seed, (uint64_t)offset, mean, std);
+  }
+  if (rc != 0) vsa_lua_raise(L);
   lua_settop(L, 1);
   return 1;
 }

@@ -47,6 +47,8 @@ static const char usage[] =
     "  --context K=V a key=value pair recorded with the run (repeatable)\n"
     "  --resume RUN  continue run RUN: points it already measured are skipped\n"
     "  --point-timeout S  give up a sweep point after S seconds (row skipped)\n"
+    "  --timing MODE hot (back-to-back, default), cold (L2 flushed before each\n"
+    "                sample) or graph (CUDA-graph replay) for experiments\n"
     "\n"
     "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
     "The `vsalab` module is loaded as a global; README.md documents its API.\n";
@@ -76,7 +78,7 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi)
     }
     if (strcmp(opt, "--db") && strcmp(opt, "--device") && strcmp(opt, "--seed") &&
         strcmp(opt, "--context") && strcmp(opt, "--resume") &&
-        strcmp(opt, "--point-timeout")) {
+        strcmp(opt, "--point-timeout") && strcmp(opt, "--timing")) {
       fprintf(stderr, "vsalab: unknown option %s (see vsalab help)\n", opt);
       return 2;
     }
@@ -100,6 +102,12 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi)
         return 2;
       }
       o.point_timeout = t;
+    } else if (strcmp(opt, "--timing") == 0) {
+      if (strcmp(val, "hot") && strcmp(val, "cold") && strcmp(val, "graph")) {
+        fprintf(stderr, "vsalab: --timing expects hot, cold or graph, got '%s'\n", val);
+        return 2;
+      }
+      o.timing = val;
     } else if (strcmp(opt, "--context") == 0) {
       if (!strchr(val, '=') || val[0] == '=' || o.ncontext >= VSA_MAX_CONTEXT) {
         fprintf(stderr, "vsalab: --context expects key=value (at most %d), got '%s'\n",

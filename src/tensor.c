@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "device.h"
 #include "kernels.h"
 
 static size_t device_bytes; /* live device bytes, for the GC heuristics */
@@ -315,7 +316,7 @@ contiguous_of(vsa_tensor *out, const vsa_tensor *t)
     return 0;
   }
   cudaError_t e = vsa_strided_copy(vsa_tensor_data(out), vsa_tensor_data(t),
-                                   (int)es, t->ndim, t->shape, t->stride, 0);
+                                   (int)es, t->ndim, t->shape, t->stride, vsa_stream());
   if (e != cudaSuccess) {
     vsa_tensor_release(out);
     return vsa_fail_cuda(e, "vsa_strided_copy", __FILE__, __LINE__);
@@ -381,7 +382,7 @@ vsa_tensor_convert(vsa_tensor *dst, const vsa_tensor *src)
     return 0;
   }
   cudaError_t e = vsa_convert(vsa_tensor_data(dst), dst->dtype,
-                              vsa_tensor_data(&c), c.dtype, n, 0);
+                              vsa_tensor_data(&c), c.dtype, n, vsa_stream());
   vsa_tensor_release(&c);
   if (e != cudaSuccess) return vsa_fail_cuda(e, "vsa_convert", __FILE__, __LINE__);
   return 0;
@@ -406,7 +407,7 @@ vsa_tensor_fill(vsa_tensor *t, double value)
   if (!vsa_tensor_is_contiguous(t))
     return vsa_fail("fill: a cuda tensor must be contiguous");
   cudaError_t e = vsa_fill(vsa_tensor_data(t), t->dtype, vsa_tensor_numel(t),
-                           value, 0);
+                           value, vsa_stream());
   if (e != cudaSuccess) return vsa_fail_cuda(e, "vsa_fill", __FILE__, __LINE__);
   return 0;
 }

@@ -155,6 +155,18 @@ function M.hash_of(c)
   return c.hash or require("vsalab.sweep").hash(M.point_of(c))
 end
 
+-- Timing options for one measurement: base (a backend's bench_opts) with
+-- the run's --timing mode. 'graph' replays a captured call, so it applies
+-- only to functions that reuse their buffers (graph_ok); others time 'hot'
+-- and their row says so. CPU points always time on the host clock.
+local function timing_opts(base, graph_ok, device)
+  local mode = device ~= "cpu" and (package.loaded.vsalab.context or {}).timing
+  local o = {}
+  for k, v in pairs(base or {}) do o[k] = v end
+  if mode and (mode ~= "graph" or graph_ok) then o.mode = mode end
+  return o
+end
+
 -- One configuration of run(): build, invert (timed), every backend.
 function M.run_config(e, i, c, device, seed, rows, n)
   do
@@ -185,7 +197,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
       local st = bench.bench(function()
         core.invert_indices(p.q2k_idx, p.q2k_num, p.nkv,
           {out = {p.k2q_idx, p.k2q_num}, check = false})
-      end, {warmup = 3, repeats = device == "cpu" and 3 or 20})
+      end, timing_opts({warmup = 3, repeats = device == "cpu" and 3 or 20}, true, device))
       local row = base_row(e.name, c, p)
       row.kernel = "invert"
       timing(row, st)
@@ -196,6 +208,9 @@ function M.run_config(e, i, c, device, seed, rows, n)
       rows[#rows + 1] = row
     end
 
+    -- VSALAB_FAULT_AT=i: an illegal-address fault at point i, to prove that
+    -- a sticky CUDA error ends the run 'failed' with earlier rows intact.
+    if device ~= "cpu" and tonumber(os.getenv("VSALAB_FAULT_AT") or "") == i then core.gpu_fault() end
     for _, b in ipairs(backends.available(device, p)) do
       if not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name)
           and not done[b.name] then
@@ -208,13 +223,13 @@ function M.run_config(e, i, c, device, seed, rows, n)
         if b.timed then
           local dq, dk, dv = b.run(p)
           outs = {dq = dq, dk = dk, dv = dv}
-          bst = bench.bench(b.timed(p, outs), b.bench_opts)
+          bst = bench.bench(b.timed(p, outs), timing_opts(b.bench_opts, true, device))
         else
           bst = bench.bench(function()
             if outs then for _, t in pairs(outs) do t:free() end end
             local dq, dk, dv = b.run(p)
             outs = {dq = dq, dk = dk, dv = dv}
-          end, b.bench_opts)
+          end, timing_opts(b.bench_opts, false, device))
         end
         local clk1 = device ~= "cpu" and core.gpu_clocks() or nil
         report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %.2g%% (%d samples, %s)%s; checking",

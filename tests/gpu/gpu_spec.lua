@@ -87,6 +87,27 @@ describe("#gpu reference", function()
       end
     end)
   end
+
+  it("reruns into out= buffers bitwise, allocation-free (a CUDA graph captures it)", function()
+    local p = vsalab.problem.build{B = 1, H = 2, Sq = 256, Skv = 384, D = 64,
+      density = 0.5, ragged = true, seed = H.seed(), device = "cuda"}
+    local b = vsalab.backends.get("reference")
+    local dq, dk, dv = b.run(p)
+    local ref = {dq = dq:clone(), dk = dk:clone(), dv = dv:clone()}
+    local outs = {dq = dq, dk = dk, dv = dv}
+    for _, t in pairs(outs) do t:fill(0 / 0) end
+    local fn = b.timed(p, outs)
+    fn() -- grows the shared scratch; the captured call must then allocate nothing
+    for _, t in pairs(outs) do t:fill(0 / 0) end
+    vsalab.bench(fn, {mode = "graph", warmup = 0, repeats = 3})
+    for name, t in pairs(outs) do
+      local c = vsalab.compare(t, ref[name])
+      assert(c.max_abs == 0 and c.nonfinite == 0, name .. " differs after graph replay")
+    end
+    local e = H.err(vsalab.backward_ref, p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
+      p.k2q_num, p.vbs, {out = {dq, dk, dv:to("cpu")}})
+    assert.truthy(e:find("out[3] (dv): on cpu, but q is on cuda:0", 1, true), e)
+  end)
 end)
 
 describe("#gpu CASES.md on CUDA", function()

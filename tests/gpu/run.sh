@@ -3,7 +3,7 @@
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile): quick specs sanitize invert seed_sweep
-# wan720p profile
+# wan720p modes compare fault profile
 # Logs go to $OUT (or ./gpu-out) as specs.log, sanitize.log, invert.log,
 # wan720p.log and results.db. WAN720P_ARGS passes axis overrides to the main
 # job, e.g. WAN720P_ARGS="-a H=40 -a density=[0.1,0.25]".
@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-build/vsalab}
 shift || true
-steps=${*:-quick specs sanitize invert seed_sweep wan720p}
+steps=${*:-quick specs sanitize invert seed_sweep wan720p modes compare fault}
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PATH=$PATH:/usr/local/cuda/bin
@@ -33,15 +33,28 @@ for step in $steps; do
         compute-sanitizer --tool $tool --error-exitcode 3 "$bin" run tests/gpu/sanitize.lua 2>&1 | tail -4
       done | tee "$out/sanitize.log" ;;
     quick)
-      cuobjdump --dump-sass "$bin" 2>/dev/null | grep -oE "HGMMA\.[0-9A-Za-z.]+" | sort | uniq -c | tee "$out/sass.txt"
+      # Per kernel: HGMMA shapes, local-memory traffic (spills), register
+      # reallocation and TMA instructions; then the resource report.
+      cuobjdump --dump-sass "$bin" 2>/dev/null | awk '/Function : /{fn=$3} {
+          while (match($0, /HGMMA\.[0-9A-Za-z.]+|LDL|STL|USETMAXREG|UTMALDG|UBLKCP|UBLKRED/)) {
+            n[fn " " substr($0, RSTART, RLENGTH)]++; $0 = substr($0, RSTART + RLENGTH) } }
+          END { for (k in n) print n[k], k }' | grep -E "bwd|HGMMA" | sort -k2 | tee "$out/sass.txt"
+      cuobjdump --dump-resource-usage "$bin" 2>/dev/null | grep -A1 -E "bwd_(ws_)?kernel" | tee -a "$out/sass.txt"
       "$bin" run tests/gpu/sm90a_quick.lua 2>&1 | tee "$out/quick.log" ;;
     profile)
-      ncu --clock-control none -k regex:bwd_kernel -c 1 --section SpeedOfLight \
-        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      ncu --clock-control none -k regex:"bwd_(ws_)?kernel" -c 2 --section SpeedOfLight \
+        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy \
         "$bin" run tests/gpu/profile.lua 2>&1 | tee "$out/profile.log" ;;
     seed_sweep) "$bin" run --db "$out/results.db" experiments/seed_sweep.lua 2>&1 | tee "$out/seed_sweep.log" ;;
     invert) "$bin" run --db "$out/results.db" experiments/invert_bench.lua 2>&1 | tee "$out/invert.log" ;;
     wan720p) "$bin" run --db "$out/results.db" experiments/wan720p.lua ${WAN720P_ARGS:-} 2>&1 | tee "$out/wan720p.log" ;;
+    modes) # the three timing modes on one sweep, with clocks and the GEMM ceiling
+      for m in hot cold graph; do
+        "$bin" run --timing $m --db "$out/modes.db" experiments/seed_sweep.lua -a "Sq=[4096,32768]" reference=0 2>&1 | tail -8
+      done | tee "$out/modes.log"
+      "$bin" query --db "$out/modes.db" "SELECT run_id, kernel, Sq, mode, round(ms_median,4) AS ms, round(tflops,1) AS tflops, samples, rel_stddev, sm_clock_start_mhz, sm_clock_end_mhz, throttled FROM result ORDER BY kernel, Sq, run_id" | tee -a "$out/modes.log" ;;
+    compare) tests/gpu/compare_proof.sh "$bin" 2>&1 | tee "$out/compare.log" ;;
+    fault) tests/gpu/fault_proof.sh "$bin" 2>&1 | tee "$out/fault.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   rc=${PIPESTATUS[0]}

@@ -78,6 +78,131 @@ describe("reference on the CPU", function()
   end)
 end)
 
+describe("backward_ref out= and poison=", function()
+  local p = vsalab.problem.build{B = 1, H = 2, Sq = 256, Skv = 384, D = 32,
+    density = 0.5, ragged = true, seed = H.seed(), device = "cpu"}
+  local args = {p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs}
+  local function bwd(opts)
+    local a = {unpack(args, 1, 9)}
+    a[10] = opts
+    return vsalab.backward_ref(unpack(a, 1, 10))
+  end
+  local names = {"dq", "dk", "dv"}
+
+  -- Same bits: equal values, same sign of zero, no NaN (bf16 and f32 values
+  -- are exact as Lua numbers).
+  local function same_bits(a, b, what)
+    assert.equal(a.dtype, b.dtype, what)
+    assert.same(a.shape, b.shape, what)
+    local x, y = a:reshape({a:numel()}):to_table(), b:reshape({b:numel()}):to_table()
+    for i = 1, #x do
+      if not (x[i] == y[i] and 1 / x[i] == 1 / y[i]) then
+        error(string.format("%s: element %d differs: %.9g vs %.9g", what, i, x[i], y[i]), 2)
+      end
+    end
+  end
+
+  -- Buffers shaped like the outputs, filled with garbage.
+  local function bufs(dtype, value)
+    local o = {}
+    for i, s in ipairs{p.q.shape, p.k.shape, p.k.shape} do
+      o[i] = vsalab.full(s, value or 7.5, {dtype = dtype})
+    end
+    return o
+  end
+
+  for _, dt in ipairs{"bf16", "f32"} do
+    it("gives bitwise the results of a fresh call (" .. dt .. ")", function()
+      local ref = {bwd({out_dtype = dt})}
+      for _, poison in ipairs{true, false} do
+        for _, validate in ipairs{true, false} do
+          local out = bufs(dt, poison and 7.5 or 0 / 0)
+          local got = {bwd({out_dtype = dt, out = out, poison = poison, validate = validate})}
+          for i = 1, 3 do
+            assert.is_true(rawequal(out[i], got[i]), names[i] .. " is not the out buffer")
+            same_bits(got[i], ref[i], string.format("%s (%s, poison=%s, validate=%s)",
+              names[i], dt, tostring(poison), tostring(validate)))
+          end
+          -- Reused as is: every element is written again.
+          bwd({out_dtype = dt, out = out, poison = false})
+          for i = 1, 3 do same_bits(out[i], ref[i], names[i] .. " (reused)") end
+        end
+      end
+    end)
+  end
+
+  it("keeps poison=false out of a fresh call's results", function()
+    local ref = {bwd()}
+    local got = {bwd({poison = false, sm_scale = p.sm_scale})}
+    for i = 1, 3 do same_bits(got[i], ref[i], names[i]) end
+  end)
+
+  it("times the reference backend into the run's buffers", function()
+    local b = vsalab.backends.get("reference")
+    assert.is_function(b.timed)
+    local dq, dk, dv = b.run(p)
+    local ref = {dq:clone(), dk:clone(), dv:clone()}
+    local outs = {dq = dq, dk = dk, dv = dv}
+    for _, t in pairs(outs) do t:fill(0 / 0) end
+    local fn = b.timed(p, outs)
+    fn()
+    same_bits(outs.dq, ref[1], "dq")
+    same_bits(outs.dk, ref[2], "dk")
+    same_bits(outs.dv, ref[3], "dv")
+    -- and it goes through bench like the experiments time it.
+    local st = vsalab.bench(fn, b.bench_opts)
+    assert.is_true(st.samples >= 1)
+    same_bits(outs.dk, ref[2], "dk after bench")
+  end)
+
+  it("rejects each bad out= argument by name", function()
+    local function err(out, opts)
+      opts = opts or {}
+      opts.out = out
+      return H.err(bwd, opts)
+    end
+    local function check(msg, pat)
+      assert(msg:find(pat, 1, true), "message '" .. msg .. "' lacks '" .. pat .. "'")
+    end
+    local o = bufs("bf16")
+    -- not a table, missing or wrong entries
+    check(err(5), "backward_ref: field 'out' must be a table {dq, dk, dv}, got number")
+    check(err({o[1], o[2]}), "out[3] (dv): expected a tensor, got nil")
+    check(err({o[1], "x", o[3]}), "out[2] (dk): expected a tensor, got string")
+    -- dtype: must match out_dtype (bf16 by default)
+    local f = bufs("f32")
+    check(err({f[1], o[2], o[3]}), "out[1] (dq): expected dtype bf16 (out_dtype), got f32")
+    check(err({f[1], f[2], o[3]}, {out_dtype = "f32"}), "out[3] (dv): expected dtype f32 (out_dtype), got bf16")
+    -- shape: dq like q, dk and dv like k (Sq ~= Skv here)
+    check(err({o[2], o[2]:clone(), o[3]}), "out[1] (dq): expected shape [1,2,256,32], got [1,2,384,32]")
+    check(err({o[1], o[1]:clone(), o[3]}), "out[2] (dk): expected shape [1,2,384,32], got [1,2,256,32]")
+    check(err({o[1], o[2], o[3]:reshape({2, 384, 32})}), "out[3] (dv): expected rank 4, got shape [2,384,32]")
+    check(err({o[1], o[2], vsalab.empty({1, 2, 32, 384}, {dtype = "bf16"}):transpose(3, 4)}),
+      "out[3] (dv): expected a contiguous tensor")
+    local freed = o[1]:clone()
+    freed:free()
+    check(err({freed, o[2], o[3]}), "out[1] (dq): tensor was freed")
+    -- memory shared with an input or another output (views included)
+    check(err({p.q, o[2], o[3]}), "out[1] (dq) shares memory with q")
+    check(err({p.dO, o[2], o[3]}), "out[1] (dq) shares memory with dO")
+    check(err({p.o, o[2], o[3]}), "out[1] (dq) shares memory with o")
+    check(err({o[1], p.k, o[3]}), "out[2] (dk) shares memory with k")
+    check(err({o[1], o[2], p.v}), "out[3] (dv) shares memory with v")
+    check(err({o[1], o[2], o[2]}), "out[3] (dv) shares memory with out[2] (dk)")
+    local big = vsalab.empty({2, 1, 2, 384, 32}, {dtype = "bf16"})
+    check(err({o[1], big:select(1, 1), big:select(1, 2)}), "out[3] (dv) shares memory with out[2] (dk)")
+    -- misspelt options are still caught
+    check(H.err(bwd, {poision = false}), "backward_ref: unknown option 'poision'")
+    -- device: only checkable with a GPU
+    if vsalab.cuda_available() then
+      local g = o[3]:to("cuda")
+      check(err({o[1], o[2], g}), "out[3] (dv): on cuda:0, but q is on cpu")
+    end
+    -- a failed call leaves the buffers as they were
+    assert.equal(7.5, o[1]:get(1, 1, 1, 1))
+  end)
+end)
+
 describe("the case runner has teeth", function()
   it("catches a backward that forgets the vbs mask", function()
     local broken = {name = "nomask", run = function(p)
