@@ -16,6 +16,7 @@ VSALAB_FAULT_AT=2 "$bin" run --db "$db" experiments/seed_sweep.lua $sweep > "$ou
 echo "faulting run exit $? (expect non-zero); its last lines:"
 tail -3 "$out/fault1.log"
 "$bin" runs --db "$db"
+"$bin" query --db "$db" "SELECT id, status, substr(error, 1, 160) AS error FROM run"
 "$bin" query --db "$db" "SELECT run_id, kernel, Sq, passed FROM result ORDER BY id"
 "$bin" query --db "$db" "PRAGMA integrity_check"
 "$bin" run --db "$db" experiments/seed_sweep.lua -a Sq=4096 reference=0 > "$out/fault2.log" 2>&1
