@@ -42,14 +42,8 @@ namespace {
 using namespace sm90bwd;
 constexpr uint32_t SMEM_BYTES = OFF_END + 1024;
 
-struct bwd_params {
+struct bwd_params : sm90_bwd_common {
   const __nv_bfloat16 *dO, *q, *k, *v;
-  const float *lse, *delta;
-  const int32_t *k2q_idx, *k2q_num, *vbs;
-  int k2q_width, H, nq, nkv;
-  float sm_scale, scale_log2;
-  float *dq_accum;
-  __nv_bfloat16 *dk, *dv;
 };
 
 /* Copy a 64x128 bf16 tile (rows D elements apart) into two swizzled regions. */
@@ -266,32 +260,32 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   if (e == cudaSuccess && chunks > 1)
     e = cudaMemsetAsync(kv_sem, 0, (size_t)(kv_rows / BLK) * sizeof(int), stream);
   if (e != cudaSuccess) return e;
-  const int nq = s->Sq / BLK, nkv = s->Skv / BLK;
-  const float scale_log2 = s->sm_scale * 1.4426950408889634f;
+  sm90_bwd_common c;
+  c.lse = d_lse;
+  c.delta = delta;
+  c.k2q_idx = d_k2q_idx;
+  c.k2q_num = d_k2q_num;
+  c.vbs = d_vbs;
+  c.k2q_width = k2q_width;
+  c.H = s->H;
+  c.nq = s->Sq / BLK;
+  c.nkv = s->Skv / BLK;
+  c.sm_scale = s->sm_scale;
+  c.scale_log2 = s->sm_scale * 1.4426950408889634f;
+  c.dq_accum = dq_accum;
+  c.dk = reinterpret_cast<__nv_bfloat16 *>(d_dk);
+  c.dv = reinterpret_cast<__nv_bfloat16 *>(d_dv);
   if (variant == VSA_SM90A_WS) {
     sm90_ws_params p;
-    p.lse = d_lse;
-    p.delta = delta;
-    p.k2q_idx = d_k2q_idx;
-    p.k2q_num = d_k2q_num;
-    p.vbs = d_vbs;
+    static_cast<sm90_bwd_common &>(p) = c;
     p.q2k_idx = d_q2k_idx;
     p.q2k_num = d_q2k_num;
-    p.k2q_width = k2q_width;
     p.q2k_width = q2k_width;
-    p.H = s->H;
-    p.nq = nq;
-    p.nkv = nkv;
-    p.sm_scale = s->sm_scale;
-    p.scale_log2 = scale_log2;
-    p.dq_accum = dq_accum;
     p.dq_sem = sem;
     p.chunks = chunks;
-    p.q_chunk = chunks > 1 ? q_chunk : nq;
+    p.q_chunk = chunks > 1 ? q_chunk : c.nq;
     p.kv_acc = kv_acc;
     p.kv_sem = kv_sem;
-    p.dk = reinterpret_cast<__nv_bfloat16 *>(d_dk);
-    p.dv = reinterpret_cast<__nv_bfloat16 *>(d_dv);
     e = sm90_ws_launch(p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv, stream);
     if (e != cudaSuccess) return e;
   } else {
@@ -304,24 +298,11 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
       configured = true;
     }
     bwd_params p;
+    static_cast<sm90_bwd_common &>(p) = c;
     p.dO = dO;
     p.q = reinterpret_cast<const __nv_bfloat16 *>(d_q);
     p.k = reinterpret_cast<const __nv_bfloat16 *>(d_k);
     p.v = reinterpret_cast<const __nv_bfloat16 *>(d_v);
-    p.lse = d_lse;
-    p.delta = delta;
-    p.k2q_idx = d_k2q_idx;
-    p.k2q_num = d_k2q_num;
-    p.vbs = d_vbs;
-    p.k2q_width = k2q_width;
-    p.H = s->H;
-    p.nq = nq;
-    p.nkv = nkv;
-    p.sm_scale = s->sm_scale;
-    p.scale_log2 = scale_log2;
-    p.dq_accum = dq_accum;
-    p.dk = reinterpret_cast<__nv_bfloat16 *>(d_dk);
-    p.dv = reinterpret_cast<__nv_bfloat16 *>(d_dv);
     dim3 grid(p.nkv, s->H, s->B);
     if (variant == VSA_SM90A_BULK)
       bwd_kernel<true><<<grid, CONSUMER_THREADS, SMEM_BYTES, stream>>>(p);

@@ -6,14 +6,21 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-struct sm90_ws_params {
-  CUtensorMap tm_q, tm_do, tm_k, tm_v; // filled by sm90_ws_launch
+/* What every sm_90a main kernel takes: statistics, lists, shapes, the fp32
+ * dQ accumulator and the dK/dV outputs. */
+struct sm90_bwd_common {
   const float *lse, *delta;
   const int32_t *k2q_idx, *k2q_num, *vbs;
-  const int32_t *q2k_idx, *q2k_num; // non-NULL: deterministic dQ order
-  int k2q_width, q2k_width, H, nq, nkv;
+  int k2q_width, H, nq, nkv;
   float sm_scale, scale_log2;
   float *dq_accum;
+  __nv_bfloat16 *dk, *dv;
+};
+
+struct sm90_ws_params : sm90_bwd_common {
+  CUtensorMap tm_q, tm_do, tm_k, tm_v; // filled by sm90_ws_launch
+  const int32_t *q2k_idx, *q2k_num; // non-NULL: deterministic dQ order
+  int q2k_width;
   int *dq_sem; // per (b, h, q block), zeroed (deterministic mode)
   // q chunking: CTA (j, c) takes the pairs of kv block j with q block in
   // [c·q_chunk, (c+1)·q_chunk); chunks > 1 passes dK/dV partials (fp32,
@@ -22,7 +29,6 @@ struct sm90_ws_params {
   int q_chunk, chunks;
   float *kv_acc;
   int *kv_sem;
-  __nv_bfloat16 *dk, *dv;
 };
 
 /* Build the tensor maps of q, k, v, dO ([B*H*S, 128] bf16 rows) and launch

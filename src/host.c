@@ -72,6 +72,14 @@ l_set_point_timeout(lua_State *L)
   if (!(t >= 0 && t < 1e7)) return luaL_error(L, "set_point_timeout: seconds must be in [0, 1e7)");
   struct itimerval it = {{0, 0}, {(time_t)t, (suseconds_t)((t - (time_t)t) * 1e6)}};
   if (t > 0 && it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0) it.it_value.tv_usec = 1;
+  if (t == 0) {
+    /* Disarm, and drop a timeout that fired but has not been raised yet,
+     * so it cannot surface outside the point it belonged to. */
+    setitimer(ITIMER_REAL, &it, NULL);
+    timed_out = 0;
+    if (!interrupted && signal_state) lua_sethook(signal_state, NULL, 0, 0);
+    return 0;
+  }
   timed_out = 0;
   signal(SIGALRM, on_alarm);
   setitimer(ITIMER_REAL, &it, NULL);

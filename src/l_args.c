@@ -100,7 +100,15 @@ int
 vsa_arg_bool(lua_State *L, int idx, const char *k, int def)
 {
   lua_getfield(L, idx, k);
-  int v = lua_isnil(L, -1) ? def : lua_toboolean(L, -1);
+  int v = def;
+  if (lua_isboolean(L, -1)) {
+    v = lua_toboolean(L, -1);
+  } else if (lua_type(L, -1) == LUA_TNUMBER && (lua_tonumber(L, -1) == 0 || lua_tonumber(L, -1) == 1)) {
+    v = lua_tonumber(L, -1) != 0; /* sweep axes and key=value options give 0/1 */
+  } else if (!lua_isnil(L, -1)) {
+    vsa_lua_errorf(L, "field '%s' must be a boolean (true or false), got %s", k,
+                   luaL_typename(L, -1));
+  }
   lua_pop(L, 1);
   return v;
 }

@@ -708,8 +708,8 @@ l_backward_sm90a(lua_State *L)
     if (!lua_isnil(L, -1)) {
       lua_Number v = lua_tonumber(L, -1);
       if (lua_type(L, -1) != LUA_TNUMBER || v != floor(v) || v < 0 || v > 1 << 24)
-        return vsa_lua_errorf(L, "backward_sm90a: field 'q_chunk' must be an integer >= 0 "
-                                 "(q blocks per chunk, 0: no chunking)");
+        return vsa_lua_errorf(L, "backward_sm90a: field 'q_chunk' must be an integer in "
+                                 "[0, 2^24] (q blocks per chunk, 0: no chunking)");
       q_chunk = (int)v;
     }
     lua_pop(L, 1);

@@ -63,10 +63,11 @@ M.register{
   name = "reference",
   description = "fp32 SIMT reference (two passes, deterministic), CPU or GPU",
   supported = function(device) return true end,
-  -- Slow by design: one timed call is enough at big shapes. The warm-up
-  -- call grows the shared device scratch that timed() calls use, so the
-  -- timed call (or a graph capture) allocates nothing.
-  bench_opts = {warmup = 1, repeats = 1},
+  -- Slow by design (4.6 s a call at Wan 720P H40 25%): at least 3 samples,
+  -- then until the noise target or 0.25 s, so `vsalab compare` has a spread to
+  -- judge by. The warm-up call grows the shared device scratch that timed()
+  -- calls use, so the timed calls (or a graph capture) allocate nothing.
+  bench_opts = {warmup = 1, min_samples = 3, min_time = 0, max_time = 0.25},
   run = function(p, opts)
     opts = opts or {}
     return core.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,

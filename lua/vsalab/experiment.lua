@@ -112,8 +112,13 @@ function M.run(e)
   local timeout = (package.loaded.vsalab.context or {}).point_timeout
   for i, c in ipairs(e.configs) do
     if e.only_kernel then c.only_kernel = e.only_kernel end
-    if timeout then core.set_point_timeout(timeout) end
-    local ok, err = pcall(M.run_config, e, i, c, device, seed, rows, n)
+    -- The timer is armed and disarmed inside the protected call, so a
+    -- timeout can only be raised where it is caught.
+    local ok, err = pcall(function()
+      if timeout then core.set_point_timeout(timeout) end
+      M.run_config(e, i, c, device, seed, rows, n)
+      if timeout then core.set_point_timeout(0) end
+    end)
     if timeout then core.set_point_timeout(0) end
     if not ok then
       -- Out of memory or the point timeout: log the point as skipped and go
@@ -215,14 +220,17 @@ function M.run_config(e, i, c, device, seed, rows, n)
       if not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name)
           and not done[b.name] then
         report.progress(i - 1, n, label .. ": " .. b.name .. " backward")
-        -- The checked outputs come from a call into fresh NaN-poisoned buffers.
-        -- With b.timed, timing then reruns the kernel into those buffers
-        -- (kernel only); otherwise the timed calls themselves are checked.
+        -- With b.timed, a first call sizes the buffers (and scratch), they are
+        -- NaN-filled again and the timed calls (kernel only) write them: the
+        -- check then sees the timed calls' outputs. Otherwise the last timed
+        -- call's own outputs are checked.
         local outs, bst
         local clk0 = device ~= "cpu" and core.gpu_clocks() or nil
         if b.timed then
           local dq, dk, dv = b.run(p)
           outs = {dq = dq, dk = dk, dv = dv}
+          -- NaN again, so the check below sees what the timed calls wrote.
+          for _, t in pairs(outs) do t:fill(0 / 0) end
           bst = bench.bench(b.timed(p, outs), timing_opts(b.bench_opts, true, device))
         else
           bst = bench.bench(function()

@@ -31,7 +31,11 @@ function M.environment()
     nvcc_flags = core.nvcc_flags,
     dirty = (core.git_rev or ""):match("%-dirty$") and 1 or 0,
   }
-  if ctx.pairs and next(ctx.pairs) then env.context = json.encode(ctx.pairs) end
+  -- --context pairs, plus the --timing mode asked for (rows say what ran).
+  local pairs_ = {}
+  for k, v in pairs(ctx.pairs or {}) do pairs_[k] = v end
+  if ctx.timing and pairs_.timing == nil then pairs_.timing = ctx.timing end
+  if next(pairs_) then env.context = json.encode(pairs_) end
   local ok, avail = pcall(core.cuda_available)
   if ok and avail then
     local d = core.device_info()

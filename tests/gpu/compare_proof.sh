@@ -15,7 +15,13 @@ sweep="-a Sq=[4096,16384,65536] reference=0"
 "$bin" run --db "$db" experiments/seed_sweep.lua $sweep > "$out/proof1.log" 2>&1 || exit 1
 "$bin" run --db "$db" experiments/seed_sweep.lua $sweep > "$out/proof2.log" 2>&1 || exit 1
 VSALAB_SLOWDOWN_US=${VSALAB_SLOWDOWN_US:-200} "$bin" run --db "$db" experiments/seed_sweep.lua $sweep > "$out/proof3.log" 2>&1 || exit 1
-echo "=== run 1 vs run 2 (expect SAME, exit 0)"
-"$bin" compare --db "$db" 1 2; echo "exit $?"
-echo "=== run 1 vs slowed run 3 (expect SLOW on the sm90a rows, exit 1)"
-"$bin" compare --db "$db" 1 3; echo "exit $?"
+status=0
+echo "=== run 1 vs run 2 (expect SAME everywhere, exit 0)"
+"$bin" compare --db "$db" 1 2 | tee "$out/compare12.txt"
+rc=${PIPESTATUS[0]}; echo "exit $rc"
+[ "$rc" -eq 0 ] && ! grep -v "^SAME [0-9]" "$out/compare12.txt" | grep -qE " (FAST|SLOW|AMBIGUOUS) " || { echo "FAIL: not SAME everywhere"; status=1; }
+echo "=== run 1 vs slowed run 3 (expect SLOW on the sm90a rows at 4k, exit 1)"
+"$bin" compare --db "$db" 1 3 | tee "$out/compare13.txt"
+rc=${PIPESTATUS[0]}; echo "exit $rc"
+[ "$rc" -eq 1 ] && grep -qE "sm90a .* SLOW" "$out/compare13.txt" || { echo "FAIL: the slowdown was not flagged"; status=1; }
+exit $status

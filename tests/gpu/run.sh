@@ -4,8 +4,8 @@
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile): quick specs sanitize invert seed_sweep
 # wan720p modes compare fault profile
-# Logs go to $OUT (or ./gpu-out) as specs.log, sanitize.log, invert.log,
-# wan720p.log and results.db. WAN720P_ARGS passes axis overrides to the main
+# Logs go to $OUT (or ./gpu-out), one STEP.log per step (sass.txt for
+# quick's SASS report) plus results.db, modes.db, compare.db, fault.db. WAN720P_ARGS passes axis overrides to the main
 # job, e.g. WAN720P_ARGS="-a H=40 -a density=[0.1,0.25]".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,10 +28,13 @@ for step in $steps; do
   start=$(date +%s)
   case $step in
     specs) "$bin" run tests/run_busted.lua --tags=gpu -o utfTerminal tests/gpu 2>&1 | tee "$out/specs.log" ;;
-    sanitize)
-      for tool in memcheck racecheck synccheck; do
-        compute-sanitizer --tool $tool --error-exitcode 3 "$bin" run tests/gpu/sanitize.lua 2>&1 | tail -4
-      done | tee "$out/sanitize.log" ;;
+    sanitize) # every tool's status counts, not only the last one's
+      (bad=0
+       for tool in memcheck racecheck synccheck; do
+         compute-sanitizer --tool $tool --error-exitcode 3 "$bin" run tests/gpu/sanitize.lua > "$out/sanitize.$tool" 2>&1 || bad=1
+         tail -4 "$out/sanitize.$tool"
+       done
+       exit $bad) | tee "$out/sanitize.log" ;;
     quick)
       # Per kernel: HGMMA shapes, local-memory traffic (spills), register
       # reallocation and TMA instructions; then the resource report.
@@ -49,10 +52,15 @@ for step in $steps; do
     invert) "$bin" run --db "$out/results.db" experiments/invert_bench.lua 2>&1 | tee "$out/invert.log" ;;
     wan720p) "$bin" run --db "$out/results.db" experiments/wan720p.lua ${WAN720P_ARGS:-} 2>&1 | tee "$out/wan720p.log" ;;
     modes) # the three timing modes on one sweep, with clocks and the GEMM ceiling
-      for m in hot cold graph; do
-        "$bin" run --timing $m --db "$out/modes.db" experiments/seed_sweep.lua -a "Sq=[4096,32768]" reference=0 2>&1 | tail -8
-      done | tee "$out/modes.log"
-      "$bin" query --db "$out/modes.db" "SELECT run_id, kernel, Sq, mode, round(ms_median,4) AS ms, round(tflops,1) AS tflops, samples, rel_stddev, sm_clock_start_mhz, sm_clock_end_mhz, throttled FROM result ORDER BY kernel, Sq, run_id" | tee -a "$out/modes.log" ;;
+      (bad=0
+       for m in hot cold graph; do
+         "$bin" run --timing $m --db "$out/modes.db" experiments/seed_sweep.lua -a "Sq=[4096,32768]" reference=0 > "$out/modes.$m" 2>&1 || bad=1
+         tail -8 "$out/modes.$m"
+       done
+       exit $bad) | tee "$out/modes.log"
+      rc_modes=${PIPESTATUS[0]}
+      "$bin" query --db "$out/modes.db" "SELECT run_id, kernel, Sq, mode, round(ms_median,4) AS ms, round(tflops,1) AS tflops, samples, rel_stddev, sm_clock_start_mhz, sm_clock_end_mhz, throttled FROM result ORDER BY kernel, Sq, run_id" | tee -a "$out/modes.log"
+      (exit $rc_modes) ;;
     compare) tests/gpu/compare_proof.sh "$bin" 2>&1 | tee "$out/compare.log" ;;
     fault) tests/gpu/fault_proof.sh "$bin" 2>&1 | tee "$out/fault.log" ;;
     *) echo "unknown step $step"; status=2 ;;
