@@ -170,7 +170,11 @@ print_results(lua_State *L, int base)
 {
   int n = lua_gettop(L) - base;
   if (n <= 0) return;
-  lua_getglobal(L, "print");
+  lua_getfield(L, LUA_REGISTRYINDEX, "vsalab.repl_print");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_getglobal(L, "print");
+  }
   lua_insert(L, base + 1);
   if (lua_pcall(L, n, 0, 0) != 0) {
     fprintf(stderr, "error printing results: %s\n", lua_tostring(L, -1));
@@ -210,6 +214,21 @@ vsa_repl(lua_State *L)
     "  if type(v) == 'function' then return function(_, ...) return v(d, ...) end end\n"
     "  return v\n"
     "end})");
+  /* How results print: query results (db:q rows, which carry .columns) as
+   * an aligned table, everything else through print (tensors summarise
+   * themselves). Kept in the registry, out of the user's globals. */
+  (void)luaL_dostring(L,
+    "local query = require 'vsalab.query'\n"
+    "return function(...)\n"
+    "  for i = 1, select('#', ...) do\n"
+    "    local v = select(i, ...)\n"
+    "    if type(v) == 'table' and type(rawget(v, 'columns')) == 'table' then\n"
+    "      if #v == 0 then print(string.format('(no rows; columns: %s)', table.concat(v.columns, ', ')))\n"
+    "      else query.print_rows(v, v.columns, 'table') end\n"
+    "    else print(v) end\n"
+    "  end\n"
+    "end");
+  lua_setfield(L, LUA_REGISTRYINDEX, "vsalab.repl_print");
   printf("vsalab %s — Lua with the vsalab module; Tab completes, Ctrl-D leaves\n",
          lua_tostring(L, (lua_getglobal(L, "vsalab"), lua_getfield(L, -1, "version"), -1)));
   lua_pop(L, 2);

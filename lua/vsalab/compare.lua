@@ -67,8 +67,15 @@ function M.resolve(db, ref)
     if #r == 0 then error("no run with id " .. ref, 0) end
     return r[1].id
   end
-  local r = db:q("SELECT id FROM run WHERE git_rev LIKE ? ORDER BY id DESC LIMIT 1", ref .. "%")
-  if #r == 0 then error("no run with id, 'latest' or revision '" .. ref .. "'", 0) end
+  -- A revision: its latest run. A prefix of several revisions is refused.
+  local revs = db:q("SELECT DISTINCT git_rev FROM run WHERE substr(git_rev, 1, ?) = ?", #ref, ref)
+  if #revs == 0 then error("no run with id, 'latest' or revision '" .. ref .. "'", 0) end
+  if #revs > 1 then
+    local names = {}
+    for i, v in ipairs(revs) do names[i] = v.git_rev end
+    error("revision '" .. ref .. "' is ambiguous: " .. table.concat(names, ", "), 0)
+  end
+  local r = db:q("SELECT id FROM run WHERE git_rev = ? ORDER BY id DESC LIMIT 1", revs[1].git_rev)
   return r[1].id
 end
 

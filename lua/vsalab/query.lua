@@ -24,13 +24,16 @@ end
 function M.print_rows(rows, cols, format, out)
   out = out or io.stdout
   if format == "json" then
+    -- Objects written field by field, so keys keep the SELECT's order.
     local t = {}
     for i, r in ipairs(rows) do
-      local o = {}
-      for _, c in ipairs(cols) do o[c] = r[c] == nil and json.null or r[c] end
-      t[i] = o
+      local f = {}
+      for k, c in ipairs(cols) do
+        f[k] = json.encode(c) .. ":" .. json.encode(r[c] == nil and json.null or r[c])
+      end
+      t[i] = "{" .. table.concat(f, ",") .. "}"
     end
-    out:write(#t == 0 and "[]" or json.encode(t), "\n")
+    out:write("[", table.concat(t, ","), "]\n")
     return
   end
   if format == "csv" then

@@ -8,7 +8,16 @@ H.root = os.getenv("VSALAB_ROOT") or os.getenv("PWD") or "."
 if H.root:sub(1, 1) ~= "/" then H.root = (os.getenv("PWD") or ".") .. "/" .. H.root end
 
 local seed = tonumber(os.getenv("VSALAB_TEST_SEED") or "") or (os.time() % 1000000)
-io.stderr:write("[specs] seed ", seed, " (VSALAB_TEST_SEED to replay)\n")
+-- Name the spec file that loads these helpers (busted loads them per file).
+local spec_file = "?"
+for level = 2, 20 do
+  local info = debug.getinfo(level, "S")
+  if not info then break end
+  local f = info.source:match("([^/@]+_spec%.lua)$")
+  if f then spec_file = f; break end
+end
+io.stderr:write("[specs] ", spec_file, ": seed ", seed,
+  " (replay: VSALAB_TEST_SEED=", seed, " build/vsalab run tests/run_busted.lua tests/lua/", spec_file, ")\n")
 function H.seed()
   seed = seed + 1
   return seed

@@ -13,21 +13,22 @@ describe("vsalab repl", function()
   local dir = H.tmpdir()
   local sock = dir .. "/tmux.sock"
   local function tmux(args) return H.sh("tmux -S " .. sock .. " " .. args) end
-  local function screen()
-    local _, out = tmux("capture-pane -t r -p")
+  -- Helpers take the tmux session name (default "r").
+  local function screen(ses)
+    local _, out = tmux("capture-pane -t " .. (ses or "r") .. " -p")
     return out
   end
   -- Wait until the screen shows pattern (plain text), up to 10 s.
-  local function wait_for(text)
+  local function wait_for(text, ses)
     for _ = 1, 100 do
-      if screen():find(text, 1, true) then return true end
+      if screen(ses):find(text, 1, true) then return true end
       os.execute("sleep 0.1")
     end
-    error("the REPL never showed " .. text .. "; screen:\n" .. screen())
+    error("the REPL never showed " .. text .. "; screen:\n" .. screen(ses))
   end
-  local function type_line(s)
-    tmux("send-keys -t r -l " .. string.format("%q", s))
-    tmux("send-keys -t r Enter")
+  local function type_line(s, ses)
+    tmux("send-keys -t " .. (ses or "r") .. " -l " .. string.format("%q", s))
+    tmux("send-keys -t " .. (ses or "r") .. " Enter")
   end
   teardown(function()
     tmux("kill-server")
@@ -83,5 +84,18 @@ describe("vsalab repl", function()
     type_line("answer")
     wait_for("\n42\n")
     tmux("send-keys -t r C-d")
+  end)
+
+  it("prints db:q results as a table in SELECT order", function()
+    local db = dir .. "/q.db"
+    local d = vsalab.db_open(db)
+    d:end_run(d:begin_run{script = "x"}, "finished")
+    d:close()
+    tmux(string.format("new-session -d -s q -x 120 -y 20 'HOME=%s %s repl --db %s'", dir, H.exe, db))
+    wait_for("Ctrl-D leaves", "q")
+    type_line("db:q('SELECT status, id FROM run')", "q")
+    wait_for("status    id", "q")
+    wait_for("finished  1", "q")
+    tmux("send-keys -t q C-d")
   end)
 end)
