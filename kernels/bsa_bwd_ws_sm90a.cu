@@ -62,10 +62,7 @@ reduce_dq(const sm90_ws_params &p, int64_t bh, int i, int j, uint32_t stage)
 {
   float *dqa = p.dq_accum + (bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK) * D;
   if (DET) {
-    const int *sem = p.dq_sem + bh * p.nq + i;
-    int rank = kv_rank(p, bh, i, j);
-    for (long long spin = 0; ld_acquire(sem) != rank; spin++)
-      if (spin > (1ll << 28)) __trap();
+    wait_turn(p.dq_sem + bh * p.nq + i, kv_rank(p, bh, i, j));
     fence_proxy_async_global();
   }
   bulk_reduce_add_f32(dqa, stage, BLK * D * sizeof(float));
@@ -105,9 +102,7 @@ finish_kv(const sm90_ws_params &p, int64_t bh, int j, int c, float *acc_dk, floa
   // This thread's fragment: 64 floats of dK, then 64 of dV, per thread.
   float4 *acc = reinterpret_cast<float4 *>(p.kv_acc + kv_row0 * (2 * D)) + t;
   if (c > 0) {
-    if (t == 0)
-      for (long long spin = 0; ld_acquire(sem) != c; spin++)
-        if (spin > (1ll << 28)) __trap();
+    if (t == 0) wait_turn(sem, c);
     named_sync(BAR_CONSUMERS, CONSUMER_THREADS);
     __threadfence();
 #pragma unroll

@@ -265,6 +265,16 @@ ld_acquire(const int *p)
   return v;
 }
 
+/* Spin until *p == v (acquire). Each caller's turn comes once every lower
+ * turn has been handed on; a wait past ~2^28 polls means it never will (a
+ * broken order), and traps rather than hanging the GPU. */
+__device__ __forceinline__ void
+wait_turn(const int *p, int v)
+{
+  for (long long spin = 0; ld_acquire(p) != v; spin++)
+    if (spin > (1ll << 28)) __trap();
+}
+
 __device__ __forceinline__ void
 red_release_add(int *p, int v)
 {

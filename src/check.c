@@ -5,10 +5,12 @@
 #include <stdio.h>
 
 static _Thread_local char last_error[1024] = "no error";
+static _Thread_local int last_oom; /* the last failure was out of device memory */
 
 int
 vsa_fail(const char *fmt, ...)
 {
+  last_oom = 0;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_error, sizeof last_error, fmt, ap);
@@ -27,6 +29,14 @@ vsa_fail_cuda(cudaError_t e, const char *what, const char *file, int line)
 {
   /* Clear a non-sticky error so the next call does not report it again. */
   (void)cudaGetLastError();
-  return vsa_fail("cuda: %s (%s) in %s at %s:%d", cudaGetErrorName(e),
-                  cudaGetErrorString(e), what, file, line);
+  vsa_fail("cuda: %s (%s) in %s at %s:%d", cudaGetErrorName(e),
+           cudaGetErrorString(e), what, file, line);
+  last_oom = e == cudaErrorMemoryAllocation;
+  return -1;
+}
+
+int
+vsa_last_error_is_oom(void)
+{
+  return last_oom;
 }

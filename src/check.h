@@ -17,6 +17,9 @@ const char *vsa_last_error(void);
 
 /* Record a CUDA error with its name, text and the caller's file:line. */
 int vsa_fail_cuda(cudaError_t e, const char *what, const char *file, int line);
+/* Whether the error recorded last was cudaErrorMemoryAllocation (callers
+ * that can free memory retry then). */
+int vsa_last_error_is_oom(void);
 
 /* Run a CUDA call; on failure record it and return -1 from the caller. */
 #define CUDA_TRY(call)                                                       \

@@ -346,6 +346,15 @@ apply_upgrades(vsa_db *db, int64_t from)
   return exec_sql(db, pragma);
 }
 
+/* End a failed schema transaction, if one is open; returns -1. */
+static int
+rollback(vsa_db *db)
+{
+  if (!sqlite3_get_autocommit(db->h))
+    sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
+  return -1;
+}
+
 /* Bring an older database up to this build's schema, all or nothing. The
  * version is read again under the write lock: another process may have
  * upgraded it meanwhile. */
@@ -359,9 +368,7 @@ upgrade(vsa_db *db)
   if (exec_sql(db, "COMMIT")) goto fail;
   return 0;
 fail:
-  if (!sqlite3_get_autocommit(db->h))
-    sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
-  return -1;
+  return rollback(db);
 }
 
 /* Create the schema on an empty database. Another process may be doing the
@@ -390,9 +397,7 @@ create_schema(vsa_db *db)
   if (exec_sql(db, "COMMIT")) goto fail;
   return 0;
 fail:
-  if (!sqlite3_get_autocommit(db->h))
-    sqlite3_exec(db->h, "ROLLBACK", NULL, NULL, NULL);
-  return -1;
+  return rollback(db);
 }
 
 /* The first read of the file. Refuses, before anything is written to it, a

@@ -483,6 +483,49 @@ poison_f32(lua_State *L, int dev, float *p, int64_t n)
   if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "poison");
 }
 
+/* opts.out = {dq, dk, dv} of a backward (options at index 10): 0 when
+ * absent. Otherwise pushes the three buffers (the top of the stack, in
+ * order) into outs after checking each: a contiguous rank-4 tensor of dtype
+ * dt (dt_note follows the dtype in the message), shape sq (dq) or sk (dk,
+ * dv), on q's device, sharing memory with no input and no other output.
+ * Every mistake raises naming the buffer. */
+static int
+out_buffers(lua_State *L, const char *fn, const bwd_args *a, vsa_dtype dt,
+            const char *dt_note, const int64_t *sq, const int64_t *sk, vsa_tensor *outs[3])
+{
+  static const char *const names[3] = {"out[1] (dq)", "out[2] (dk)", "out[3] (dv)"};
+  static const char *const in_names[9] = {"dO", "q", "k", "v", "o", "lse",
+                                          "k2q_idx", "k2q_num", "variable_block_sizes"};
+  if (!lua_istable(L, 10)) return 0;
+  lua_getfield(L, 10, "out");
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  if (!lua_istable(L, -1))
+    vsa_lua_errorf(L, "%s: field 'out' must be a table {dq, dk, dv}, got %s", fn,
+                   luaL_typename(L, -1));
+  int t = lua_gettop(L);
+  const vsa_tensor *ins[9] = {a->dO, a->q, a->k, a->v, a->o, a->lse, a->kidx, a->knum, a->vbs};
+  for (int x = 0; x < 3; x++) {
+    lua_rawgeti(L, t, x + 1);
+    outs[x] = vsa_lua_checkarg(L, lua_gettop(L), names[x], -1, 4);
+    if (outs[x]->dtype != dt)
+      vsa_lua_errorf(L, "%s: expected dtype %s%s, got %s", names[x], vsa_dtype_name(dt),
+                     dt_note, vsa_dtype_name(outs[x]->dtype));
+    vsa_arg_shape(L, outs[x], names[x], 4, x == 0 ? sq : sk);
+    vsa_arg_device(L, outs[x], names[x], a->d.device, "q");
+    for (int y = 0; y < 9; y++)
+      if (outs[x]->st == ins[y]->st)
+        vsa_lua_errorf(L, "%s shares memory with %s", names[x], in_names[y]);
+    for (int y = 0; y < x; y++)
+      if (outs[x]->st == outs[y]->st)
+        vsa_lua_errorf(L, "%s shares memory with %s", names[x], names[y]);
+  }
+  lua_remove(L, t);
+  return 1;
+}
+
 /* vsalab.backward_ref(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out_dtype='bf16',
  *   out={dq, dk, dv}, poison=true, validate=true}])
@@ -515,7 +558,7 @@ l_backward_ref(lua_State *L)
   attn_dims d = a.d;
   int nq = a.nq, nkv = a.nkv, BH = (int)(d.B * d.H);
   vsa_dtype out_dt = VSA_BF16;
-  int poison = 1, validate = 1, have_out = 0;
+  int poison = 1, validate = 1;
   lua_settop(L, 10);
   if (lua_istable(L, 10)) {
     lua_getfield(L, 10, "out_dtype");
@@ -528,46 +571,15 @@ l_backward_ref(lua_State *L)
     lua_pop(L, 1);
     poison = vsa_arg_bool(L, 10, "poison", 1);
     validate = vsa_arg_bool(L, 10, "validate", 1);
-    lua_getfield(L, 10, "out");
-    have_out = !lua_isnil(L, -1);
-    if (have_out && !lua_istable(L, -1))
-      return vsa_lua_errorf(L, "backward_ref: field 'out' must be a table {dq, dk, dv}, got %s",
-                            luaL_typename(L, -1));
-    if (have_out) {
-      /* The buffers stay at 11..13 for the whole call (and are returned). */
-      for (int x = 0; x < 3; x++) lua_rawgeti(L, 11, x + 1);
-      lua_remove(L, 11);
-    } else {
-      lua_pop(L, 1);
-    }
   }
-  if (validate || d.device == VSA_CPU) a.vbs = vbs_arg(L, 9, &d);
-
   int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
   vsa_tensor *outs[3];
-  if (have_out) {
-    static const char *const names[3] = {"out[1] (dq)", "out[2] (dk)", "out[3] (dv)"};
-    static const char *const in_names[9] = {"dO", "q", "k", "v", "o", "lse",
-                                            "k2q_idx", "k2q_num", "variable_block_sizes"};
-    const vsa_tensor *ins[9] = {a.dO, a.q, a.k, a.v, a.o, a.lse, a.kidx, a.knum, a.vbs};
-    for (int x = 0; x < 3; x++) {
-      outs[x] = vsa_lua_checkarg(L, 11 + x, names[x], -1, 4);
-      if (outs[x]->dtype != out_dt)
-        return vsa_lua_errorf(L, "%s: expected dtype %s (out_dtype), got %s", names[x],
-                              vsa_dtype_name(out_dt), vsa_dtype_name(outs[x]->dtype));
-      vsa_arg_shape(L, outs[x], names[x], 4, x == 0 ? sq : sk);
-      vsa_arg_device(L, outs[x], names[x], d.device, "q");
-      for (int y = 0; y < 9; y++)
-        if (outs[x]->st == ins[y]->st)
-          return vsa_lua_errorf(L, "%s shares memory with %s", names[x], in_names[y]);
-      for (int y = 0; y < x; y++)
-        if (outs[x]->st == outs[y]->st)
-          return vsa_lua_errorf(L, "%s shares memory with %s", names[x], names[y]);
-    }
-  } else {
+  /* The buffers stay at 11..13 for the whole call (and are returned). */
+  int have_out = out_buffers(L, "backward_ref", &a, out_dt, " (out_dtype)", sq, sk, outs);
+  if (!have_out)
     for (int x = 0; x < 3; x++)
       outs[x] = vsa_lua_newtensor(L, out_dt, d.device, 4, x == 0 ? sq : sk);
-  }
+  if (validate || d.device == VSA_CPU) a.vbs = vbs_arg(L, 9, &d);
   int64_t n_out[3] = {vsa_tensor_numel(outs[0]), vsa_tensor_numel(outs[1]),
                       vsa_tensor_numel(outs[2])};
 
@@ -805,44 +817,16 @@ l_backward_sm90a(lua_State *L)
     q2k_num = given_num;
   }
   vsa_tensor *outs[3];
-  const char *names[3] = {"out[1] (dq)", "out[2] (dk)", "out[3] (dv)"};
-  int have_out = 0;
-  if (lua_istable(L, 10)) {
-    lua_getfield(L, 10, "out");
-    have_out = !lua_isnil(L, -1);
-    if (have_out) {
-      luaL_checktype(L, -1, LUA_TTABLE);
-      int t = lua_gettop(L);
-      for (int x = 0; x < 3; x++) {
-        lua_rawgeti(L, t, x + 1);
-        outs[x] = vsa_lua_checkarg(L, lua_gettop(L), names[x], VSA_BF16, 4);
-        vsa_arg_shape(L, outs[x], names[x], 4, x == 0 ? sq : sk);
-        vsa_arg_device(L, outs[x], names[x], d.device, "q");
-      }
-    } else {
-      lua_pop(L, 1);
-    }
-  }
-  if (!have_out)
+  if (!out_buffers(L, "backward_sm90a", &a, VSA_BF16, "", sq, sk, outs))
     for (int x = 0; x < 3; x++)
       outs[x] = vsa_lua_newtensor(L, VSA_BF16, d.device, 4, x == 0 ? sq : sk);
-  else {
-    const vsa_tensor *ins[] = {a.dO, a.q, a.k, a.v, a.o, a.lse, a.kidx, a.knum, a.vbs};
-    for (int x = 0; x < 3; x++) {
-      for (int y = 0; y < 9; y++)
-        if (outs[x]->st == ins[y]->st)
-          return vsa_lua_errorf(L, "%s shares memory with an input", names[x]);
-      for (int y = 0; y < x; y++)
-        if (outs[x]->st == outs[y]->st)
-          return vsa_lua_errorf(L, "%s shares memory with %s", names[x], names[y]);
-    }
-  }
   if (poison)
     for (int x = 0; x < 3; x++)
       if (vsa_tensor_fill(outs[x], NAN) != 0) return vsa_lua_raise(L);
-  void *ws = vsa_arg_scratch(L, d.device, bsa_backward_sm90a_scratch_bytes(&s, q_chunk));
+  size_t ws_bytes = bsa_backward_sm90a_scratch_bytes(&s, q_chunk);
+  void *ws = vsa_arg_scratch(L, d.device, ws_bytes);
   if (poison) {
-    cudaError_t e = vsa_fill(ws, VSA_F32, (int64_t)(bsa_backward_sm90a_scratch_bytes(&s, q_chunk) / 4), NAN, vsa_stream());
+    cudaError_t e = vsa_fill(ws, VSA_F32, (int64_t)(ws_bytes / 4), NAN, vsa_stream());
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "scratch poison");
   }
   cudaError_t e = bsa_backward_sm90a(

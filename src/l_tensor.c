@@ -509,7 +509,7 @@ l_fill_randn(lua_State *L)
   if (!(offset >= 0 && offset == floor(offset) && offset < 9007199254740992.0))
     return vsa_lua_errorf(L, "fill_randn: field 'offset' must be an integer in [0, 2^53)");
   int rc = vsa_tensor_randn(t, (uint64_t)seed, (uint64_t)offset, mean, std);
-  if (rc != 0 && strstr(vsa_last_error(), "cudaErrorMemoryAllocation")) {
+  if (rc != 0 && vsa_last_error_is_oom()) {
     vsa_reclaim_device_memory(L); /* its f32 staging buffer did not fit */
     rc = vsa_tensor_randn(t, (uint64_t)seed, (uint64_t)offset, mean, std);
   }

@@ -19,7 +19,7 @@
 -- whose rel L2 grew more than 2x is flagged ERR UP. Exit status 1 when any
 -- point is SLOW or NEW FAIL, or no point matches (so it can gate a CI job),
 -- 2 on usage errors.
-local core = require "vsalab.core"
+local cli = require "vsalab.cli"
 local report = require "vsalab.report"
 
 local M = {}
@@ -123,37 +123,24 @@ function M.compare(db, a, b, opts)
   return out, gate
 end
 
-local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-ms MS] A B\n"
+local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-ms MS] A B"
 
 -- Entry point of `vsalab compare`: returns the exit status.
 function M.main(argv)
-  local opts = {floor_pct = M.defaults.floor_pct, floor_ms = M.defaults.floor_ms}
-  local db_path = (package.loaded.vsalab and package.loaded.vsalab.context.db_path) or "results.db"
-  local refs = {}
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    if a == "--db" or a == "--floor-pct" or a == "--floor-ms" then
-      local v = argv[i + 1]
-      if not v then io.stderr:write("vsalab compare: ", a, " needs a value\n", usage); return 2 end
-      if a == "--db" then db_path = v
-      else
-        local n = tonumber(v)
-        if not n or n < 0 then io.stderr:write("vsalab compare: ", a, " expects a number >= 0\n"); return 2 end
-        opts[a == "--floor-pct" and "floor_pct" or "floor_ms"] = n
-      end
-      i = i + 2
-    elseif a:sub(1, 1) == "-" then
-      io.stderr:write("vsalab compare: unknown option ", a, "\n", usage)
-      return 2
-    else
-      refs[#refs + 1] = a
-      i = i + 1
-    end
+  local function floor(v)
+    local n = tonumber(v)
+    if n and n >= 0 then return n end
+    return nil, "expects a number >= 0"
   end
-  if #refs ~= 2 then io.stderr:write(usage); return 2 end
-  local ok, db = pcall(core.db_open, db_path, {readonly = true})
-  if not ok then io.stderr:write("vsalab compare: ", tostring(db), "\n"); return 2 end
+  local o, refs = cli.parse("compare", argv, {usage = usage, strict = true, options = {
+    ["--floor-pct"] = {key = "floor_pct", check = floor},
+    ["--floor-ms"] = {key = "floor_ms", check = floor}}})
+  if not o then return 2 end
+  local opts = {floor_pct = o.floor_pct or M.defaults.floor_pct,
+    floor_ms = o.floor_ms or M.defaults.floor_ms}
+  if #refs ~= 2 then io.stderr:write(usage, "\n"); return 2 end
+  local db = cli.open_db("compare", o.db)
+  if not db then return 2 end
   local ok2, a = pcall(M.resolve, db, refs[1])
   local ok3, b = pcall(M.resolve, db, refs[2])
   if not (ok2 and ok3) then

@@ -8,6 +8,7 @@
 -- published Triton anchors of ../shared/ANCHORS.md dashed where the shape
 -- matches; the worst error per output per kernel; and every row.
 local core = require "vsalab.core"
+local cli = require "vsalab.cli"
 
 local M = {}
 
@@ -195,25 +196,14 @@ function M.render(db, ids)
 end
 
 function M.main(argv)
-  local db_path = package.loaded.vsalab.context.db_path or "results.db"
-  local out, refs = "report.html", {}
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    if (a == "--db" or a == "-o") and argv[i + 1] then
-      if a == "--db" then db_path = argv[i + 1] else out = argv[i + 1] end
-      i = i + 2
-    elseif a:sub(1, 1) == "-" then
-      io.stderr:write("usage: vsalab report [--db PATH] [-o report.html] [RUN...]\n")
-      return 2
-    else
-      refs[#refs + 1] = a
-      i = i + 1
-    end
-  end
+  local o, refs = cli.parse("report", argv, {strict = true,
+    usage = "usage: vsalab report [--db PATH] [-o report.html] [RUN...]",
+    options = {["-o"] = {key = "out"}}})
+  if not o then return 2 end
+  local out = o.out or "report.html"
   if #refs == 0 then refs = {"latest"} end
-  local ok, db = pcall(core.db_open, db_path, {readonly = true})
-  if not ok then io.stderr:write("vsalab report: ", tostring(db), "\n"); return 2 end
+  local db = cli.open_db("report", o.db)
+  if not db then return 2 end
   local ids = {}
   for _, ref in ipairs(refs) do
     local okr, id = pcall(require("vsalab.compare").resolve, db, ref)

@@ -6,8 +6,8 @@
 --
 -- The DB is opened read-only. Tables print aligned; csv quotes per RFC 4180;
 -- json is an array of row objects; markdown is a pipe table.
-local core = require "vsalab.core"
 local json = require "vsalab.json"
+local cli = require "vsalab.cli"
 
 local M = {}
 
@@ -82,26 +82,16 @@ function M.print_rows(rows, cols, format, out)
 end
 
 local formats = {table = true, csv = true, json = true, markdown = true}
-
-local function parse(argv, usage)
-  local o = {db = package.loaded.vsalab.context.db_path or "results.db", format = "table", rest = {}}
-  local i = 1
-  while i <= #argv do
-    local a = argv[i]
-    if a == "--db" or a == "--format" or a == "--limit" then
-      local v = argv[i + 1]
-      if not v then error(a .. " needs a value\n" .. usage, 0) end
-      if a == "--format" and not formats[v] then error("--format must be table, csv, json or markdown", 0) end
-      if a == "--limit" and not (tonumber(v) and tonumber(v) >= 1) then error("--limit expects a positive integer", 0) end
-      o[a:sub(3)] = v
-      i = i + 2
-    else
-      o.rest[#o.rest + 1] = a
-      i = i + 1
-    end
-  end
-  return o
-end
+local options = {
+  ["--format"] = {key = "format", check = function(v)
+    if formats[v] then return v end
+    return nil, "must be table, csv, json or markdown"
+  end},
+  ["--limit"] = {key = "limit", check = function(v)
+    if tonumber(v) and tonumber(v) >= 1 then return v end
+    return nil, "expects a positive integer"
+  end},
+}
 
 local function columns_of(rows, preferred)
   if preferred then return preferred end
@@ -121,10 +111,11 @@ local usage = {
 
 function M.main(argv)
   local cmd = table.remove(argv, 1)
-  local ok, o = pcall(parse, argv, usage[cmd])
-  if not ok then io.stderr:write("vsalab ", cmd, ": ", tostring(o), "\n"); return 2 end
-  local okdb, db = pcall(core.db_open, o.db, {readonly = true})
-  if not okdb then io.stderr:write("vsalab ", cmd, ": ", tostring(db), "\n"); return 2 end
+  local o, rest = cli.parse(cmd, argv, {options = options, usage = usage[cmd] or ""})
+  if not o then return 2 end
+  o.format, o.rest = o.format or "table", rest
+  local db = cli.open_db(cmd, o.db)
+  if not db then return 2 end
   local function fail(msg, code) db:close(); io.stderr:write("vsalab ", cmd, ": ", msg, "\n"); return code or 2 end
   if cmd == "runs" then
     if #o.rest > 0 then return fail(usage.runs) end

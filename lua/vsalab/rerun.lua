@@ -5,7 +5,7 @@
 -- is timed and checked again and a new run with one row is logged.
 --
 --   vsalab rerun [--db PATH] ROW
-local core = require "vsalab.core"
+local cli = require "vsalab.cli"
 
 local M = {}
 
@@ -26,20 +26,13 @@ local function decode(db, json, path)
 end
 
 function M.main(argv)
-  local db_path = package.loaded.vsalab.context.db_path or "results.db"
-  local row_id
-  local i = 1
-  while i <= #argv do
-    if argv[i] == "--db" and argv[i + 1] then db_path = argv[i + 1]; i = i + 2
-    elseif argv[i]:match("^%d+$") and not row_id then row_id = tonumber(argv[i]); i = i + 1
-    else
-      io.stderr:write("usage: vsalab rerun [--db PATH] ROW\n")
-      return 2
-    end
-  end
-  if not row_id then io.stderr:write("usage: vsalab rerun [--db PATH] ROW\n"); return 2 end
-  local ok, db = pcall(core.db_open, db_path, {readonly = true})
-  if not ok then io.stderr:write("vsalab rerun: ", tostring(db), "\n"); return 2 end
+  local usage = "usage: vsalab rerun [--db PATH] ROW"
+  local o, rest = cli.parse("rerun", argv, {usage = usage, strict = true})
+  if not o then return 2 end
+  local row_id = #rest == 1 and rest[1]:match("^%d+$") and tonumber(rest[1])
+  if not row_id then io.stderr:write(usage, "\n"); return 2 end
+  local db = cli.open_db("rerun", o.db)
+  if not db then return 2 end
   local r = db:q([[SELECT r.*, run.seed AS run_seed, run.gpu_name AS gpu_name
                    FROM result r JOIN run ON run.id = r.run_id WHERE r.id = ?]], row_id)[1]
   local extra = (r and r.extra) and decode(db, r.extra, "$") or {}

@@ -1,0 +1,54 @@
+-- cli.lua — what the results commands (runs, show, query, compare, report,
+-- rerun) share: the option loop and the read-only open of the results DB.
+-- Problems are printed to stderr as "vsalab CMD: ..." and the helpers return
+-- nil; the commands then exit 2 (README.md, "Exit status").
+local core = require "vsalab.core"
+
+local M = {}
+
+-- Print "vsalab CMD: msg"; returns nil.
+function M.fail(cmd, msg)
+  io.stderr:write("vsalab ", cmd, ": ", msg, "\n")
+end
+
+-- parse(cmd, argv, spec) -> opts, positional (or nil after printing why).
+-- spec.options: flag -> {key = name in opts, check = function(v) -> value
+-- or nil, why}; --db (default: --db of the invocation, else results.db) is
+-- always taken. spec.usage is printed after a usage error. spec.strict: a
+-- word starting with '-' that is no option is an error; otherwise it is
+-- positional (query values may be negative numbers).
+function M.parse(cmd, argv, spec)
+  local ctx = package.loaded.vsalab and package.loaded.vsalab.context or {}
+  local o, rest = {db = ctx.db_path or "results.db"}, {}
+  local i = 1
+  while i <= #argv do
+    local a = argv[i]
+    local opt = (spec.options or {})[a] or (a == "--db" and {key = "db"})
+    if opt then
+      local v = argv[i + 1]
+      if not v then return M.fail(cmd, a .. " needs a value\n" .. spec.usage) end
+      if opt.check then
+        local val, why = opt.check(v)
+        if val == nil then return M.fail(cmd, a .. " " .. why) end
+        v = val
+      end
+      o[opt.key] = v
+      i = i + 2
+    elseif spec.strict and a:sub(1, 1) == "-" then
+      return M.fail(cmd, "unknown option " .. a .. "\n" .. spec.usage)
+    else
+      rest[#rest + 1] = a
+      i = i + 1
+    end
+  end
+  return o, rest
+end
+
+-- The results DB at path, read-only (or nil after printing why).
+function M.open_db(cmd, path)
+  local ok, db = pcall(core.db_open, path, {readonly = true})
+  if not ok then return M.fail(cmd, tostring(db)) end
+  return db
+end
+
+return M
