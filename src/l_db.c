@@ -494,6 +494,23 @@ l_db_q(lua_State *L)
   }
 
   int ncol = sqlite3_column_count(*g), nrow = 0, rc;
+  /* Row keys: the column names, a repeated one suffixed with its position
+   * ("id", "id (3)"), so no column overwrites another in the row tables. */
+  lua_createtable(L, ncol, 0);
+  int keys = lua_gettop(L);
+  for (int c = 0; c < ncol; c++) {
+    const char *name = sqlite3_column_name(*g, c);
+    int repeated = 0;
+    for (int e = 0; e < c && !repeated; e++)
+      repeated = strcmp(name, sqlite3_column_name(*g, e)) == 0;
+    if (repeated)
+      lua_pushfstring(L, "%s (%d)", name, c + 1);
+    else
+      lua_pushstring(L, name);
+    lua_rawseti(L, keys, c + 1);
+  }
+  lua_insert(L, -2); /* the rows table back on top, the keys below it */
+  keys = lua_gettop(L) - 1;
   while ((rc = sqlite3_step(*g)) == SQLITE_ROW) {
     lua_createtable(L, 0, ncol);
     for (int c = 0; c < ncol; c++) {
@@ -513,19 +530,18 @@ l_db_q(lua_State *L)
       default:
         continue; /* NULL: leave the key absent */
       }
-      lua_setfield(L, -2, sqlite3_column_name(*g, c));
+      lua_rawgeti(L, keys, c + 1);
+      lua_insert(L, -2);
+      lua_rawset(L, -3);
     }
     lua_rawseti(L, -2, ++nrow);
   }
   if (rc != SQLITE_DONE) return raise_stmt(L, u, g, sql);
-  /* rows.columns: the result's column names in order (NULL cells are
-   * absent from the row tables, so this is the only place they show). */
-  lua_createtable(L, ncol, 0);
-  for (int c = 0; c < ncol; c++) {
-    lua_pushstring(L, sqlite3_column_name(*g, c));
-    lua_rawseti(L, -2, c + 1);
-  }
+  /* rows.columns: the row keys in column order (NULL cells are absent from
+   * the row tables, so this is the only place they show). */
+  lua_pushvalue(L, keys);
   lua_setfield(L, -2, "columns");
+  lua_remove(L, keys);
   int writes = !sqlite3_stmt_readonly(*g);
   sqlite3_finalize(*g);
   *g = NULL;

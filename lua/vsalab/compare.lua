@@ -147,6 +147,11 @@ function M.main(argv)
     io.stderr:write("vsalab compare: ", tostring(ok2 and b or a), "\n")
     return 2
   end
+  if a == b then -- e.g. a revision and `latest` naming the same run
+    db:close()
+    io.stderr:write(string.format("vsalab compare: %s and %s both name run %d\n", refs[1], refs[2], a))
+    return 2
+  end
   local rows, gate = M.compare(db, a, b, opts)
   db:close()
   print(string.format("run %d (baseline) vs run %d: %d matching points, floors %.3g%% and %.3g ms",
