@@ -163,15 +163,78 @@ bwd_kernel(const bwd_params p)
 #endif
 }
 
-/* Delta[row] = Σ_d dO[row, d]·o[row, d] in fp32: one warp per row. */
-__global__ void
-delta_kernel(const __nv_bfloat16 *dO, const __nv_bfloat16 *o, float *delta, int64_t rows)
+/* Scratch the preprocess zeroes and the work order it builds. */
+struct prep_params {
+  const __nv_bfloat16 *dO, *o;
+  float *delta, *dq_accum;
+  int64_t rows;
+  int *zero_a, *zero_b; // counters: dQ order (rows / 64), chunk hand-off
+  int64_t n_a, n_b;
+  // Work order (NULL: none): group g of `group_items` (b, h, kv block)
+  // items, g < groups, sorted by k2q count, largest first, into order.
+  const int32_t *k2q_num;
+  int k2q_width, groups, group_items;
+  int32_t *order;
+};
+
+/* Block g sorts group g's items by descending k2q count (256 buckets of
+ * the count, a counting sort with warp-aggregated shared-memory atomics):
+ * launched in that order, the longest lists start first and the grid's
+ * tail is made of short ones (greedy longest-first scheduling). */
+__device__ void
+sort_group(const prep_params &p, int g)
 {
-  int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  const __nv_bfloat162 *a = reinterpret_cast<const __nv_bfloat162 *>(dO + row * D) + lane * 2;
-  const __nv_bfloat162 *c = reinterpret_cast<const __nv_bfloat162 *>(o + row * D) + lane * 2;
+  __shared__ int bucket_start[256];
+  const int t = threadIdx.x, lane = t & 31;
+  const int64_t first = (int64_t)g * p.group_items;
+  for (int b = t; b < 256; b += blockDim.x) bucket_start[b] = 0;
+  __syncthreads();
+  for (int pass = 0; pass < 2; pass++) {
+    for (int x0 = 0; x0 < p.group_items; x0 += blockDim.x) {
+      const int x = x0 + t;
+      int key = 256; // past the end: no bucket
+      if (x < p.group_items) {
+        const int64_t cnt = min(max(p.k2q_num[first + x], 0), p.k2q_width);
+        const int64_t b = cnt * 256 / ((int64_t)p.k2q_width + 1); // 0..255
+        key = 255 - (int)b;
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, key);
+      const int leader = __ffs(peers) - 1;
+      int at = 0;
+      if (lane == leader && key < 256) at = atomicAdd(&bucket_start[key], __popc(peers));
+      at = __shfl_sync(peers, at, leader) + __popc(peers & ((1u << lane) - 1));
+      if (pass == 1 && key < 256) p.order[first + at] = (int32_t)(first + x);
+    }
+    __syncthreads();
+    if (pass == 0 && t == 0) { // counts -> starts, bucket 0 (longest) first
+      int run = 0;
+      for (int b = 0; b < 256; b++) {
+        int n = bucket_start[b];
+        bucket_start[b] = run;
+        run += n;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+/* The preprocess, one launch: Delta[row] = Σ_d dO[row, d]·o[row, d] in
+ * fp32 and the row's dQ accumulator zeroed (one warp per row), the order
+ * counters zeroed, and (blocks < groups) the work order. */
+__global__ void __launch_bounds__(256)
+prep_kernel(const __grid_constant__ prep_params p)
+{
+  if (p.order && blockIdx.x < p.groups) sort_group(p, blockIdx.x);
+  const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  const int64_t nthreads = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t x = tid; x < p.n_a; x += nthreads) p.zero_a[x] = 0;
+  for (int64_t x = tid; x < p.n_b; x += nthreads) p.zero_b[x] = 0;
+  const int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= p.rows) return;
+  reinterpret_cast<float4 *>(p.dq_accum + row * D)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const __nv_bfloat162 *a = reinterpret_cast<const __nv_bfloat162 *>(p.dO + row * D) + lane * 2;
+  const __nv_bfloat162 *c = reinterpret_cast<const __nv_bfloat162 *>(p.o + row * D) + lane * 2;
   float s = 0.f;
 #pragma unroll
   for (int x = 0; x < 2; x++) {
@@ -180,7 +243,7 @@ delta_kernel(const __nv_bfloat16 *dO, const __nv_bfloat16 *o, float *delta, int6
   }
 #pragma unroll
   for (int m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
-  if (lane == 0) delta[row] = s;
+  if (lane == 0) p.delta[row] = s;
 }
 
 /* dq = bf16(accumulator · sm_scale), four elements per thread; with
@@ -208,13 +271,14 @@ chunk_count(const vsa_shape *s, int q_chunk)
 }
 
 /* Scratch map: dQ accumulator (fp32 rows x D), Delta (rows), dQ order
- * counters (rows / 64), then, 256-byte aligned for float4 access, the dK/dV
- * partials of q chunking and their counters. */
+ * counters (rows / 64), the work order (kv_rows / 64), then, 256-byte
+ * aligned for float4 access, the dK/dV partials of q chunking and their
+ * counters. */
 static size_t
-kv_acc_offset(int64_t rows)
+kv_acc_offset(int64_t rows, int64_t kv_rows)
 {
   size_t b = (size_t)rows * D * sizeof(float) + (size_t)rows * sizeof(float) +
-             (size_t)(rows / BLK) * sizeof(int);
+             (size_t)(rows / BLK) * sizeof(int) + (size_t)(kv_rows / BLK) * sizeof(int32_t);
   return (b + 255) & ~(size_t)255;
 }
 
@@ -223,10 +287,24 @@ bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk)
 {
   int64_t rows = (int64_t)s->B * s->H * s->Sq;
   int64_t kv_rows = (int64_t)s->B * s->H * s->Skv;
-  size_t bytes = kv_acc_offset(rows);
+  size_t bytes = kv_acc_offset(rows, kv_rows);
   if (chunk_count(s, q_chunk) > 1) // dK/dV partials and their order counters
     bytes += (size_t)kv_rows * 2 * D * sizeof(float) + (size_t)(kv_rows / BLK) * sizeof(int);
   return bytes;
+}
+
+/* Heads whose kv blocks are scheduled together (v3, one chunk): as many
+ * (b, h) as keep their Q, dO and fp32 dQ rows (1 KB a row) within 32 MB of
+ * L2, a divisor of B·H. Within such a group the work order is longest list
+ * first; across groups it stays head by head, so the L2 holds the heads in
+ * flight. q chunking already bounds the working set: one head a group. */
+static int
+heads_per_group(int64_t BH, int64_t Sq, int chunks)
+{
+  int64_t most = chunks > 1 ? 1 : (32ll << 20) / (Sq * 1024);
+  int64_t g = most < 1 ? 1 : (most > BH ? BH : most);
+  while (BH % g) g--;
+  return (int)g;
 }
 
 extern "C" cudaError_t
@@ -243,23 +321,33 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     return cudaErrorInvalidValue;
   if (d_q2k_idx && (variant != VSA_SM90A_WS || !d_q2k_num || q2k_width < 1))
     return cudaErrorInvalidValue;
-  int64_t rows = (int64_t)s->B * s->H * s->Sq;
+  const int64_t BH = (int64_t)s->B * s->H, rows = BH * s->Sq, kv_rows = BH * s->Skv;
+  const int nkv = s->Skv / BLK;
   float *dq_accum = static_cast<float *>(d_scratch);
   float *delta = dq_accum + rows * D;
   int *sem = reinterpret_cast<int *>(delta + rows);
+  int32_t *order = sem + rows / BLK;
   const int chunks = variant == VSA_SM90A_WS ? chunk_count(s, q_chunk) : 1;
-  const int64_t kv_rows = (int64_t)s->B * s->H * s->Skv;
-  float *kv_acc = reinterpret_cast<float *>(static_cast<char *>(d_scratch) + kv_acc_offset(rows));
+  float *kv_acc = reinterpret_cast<float *>(static_cast<char *>(d_scratch) + kv_acc_offset(rows, kv_rows));
   int *kv_sem = reinterpret_cast<int *>(kv_acc + kv_rows * 2 * D);
-  const __nv_bfloat16 *dO = reinterpret_cast<const __nv_bfloat16 *>(d_dO);
-  delta_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(
-      dO, reinterpret_cast<const __nv_bfloat16 *>(d_o), delta, rows);
-  cudaError_t e = cudaMemsetAsync(dq_accum, 0, (size_t)rows * D * sizeof(float), stream);
-  if (e == cudaSuccess && d_q2k_idx)
-    e = cudaMemsetAsync(sem, 0, (size_t)(rows / BLK) * sizeof(int), stream);
-  if (e == cudaSuccess && chunks > 1)
-    e = cudaMemsetAsync(kv_sem, 0, (size_t)(kv_rows / BLK) * sizeof(int), stream);
-  if (e != cudaSuccess) return e;
+  const int group = heads_per_group(BH, s->Sq, chunks);
+  prep_params pp;
+  pp.dO = reinterpret_cast<const __nv_bfloat16 *>(d_dO);
+  pp.o = reinterpret_cast<const __nv_bfloat16 *>(d_o);
+  pp.delta = delta;
+  pp.dq_accum = dq_accum;
+  pp.rows = rows;
+  pp.zero_a = sem;
+  pp.n_a = d_q2k_idx ? rows / BLK : 0;
+  pp.zero_b = kv_sem;
+  pp.n_b = chunks > 1 ? kv_rows / BLK : 0;
+  pp.k2q_num = d_k2q_num;
+  pp.k2q_width = k2q_width;
+  pp.groups = (int)(BH / group);
+  pp.group_items = group * nkv;
+  // The deterministic order needs kv blocks to start in ascending order.
+  pp.order = variant == VSA_SM90A_WS && !d_q2k_idx ? order : NULL;
+  prep_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(pp);
   sm90_bwd_common c;
   c.lse = d_lse;
   c.delta = delta;
@@ -269,7 +357,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   c.k2q_width = k2q_width;
   c.H = s->H;
   c.nq = s->Sq / BLK;
-  c.nkv = s->Skv / BLK;
+  c.nkv = nkv;
   c.sm_scale = s->sm_scale;
   c.scale_log2 = s->sm_scale * 1.4426950408889634f;
   c.dq_accum = dq_accum;
@@ -286,12 +374,15 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     p.q_chunk = chunks > 1 ? q_chunk : c.nq;
     p.kv_acc = kv_acc;
     p.kv_sem = kv_sem;
-    e = sm90_ws_launch(p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv, stream);
+    p.order = pp.order;
+    p.groups = pp.groups;
+    p.group_items = pp.group_items;
+    cudaError_t e = sm90_ws_launch(p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv, stream);
     if (e != cudaSuccess) return e;
   } else {
     static bool configured = false;
     if (!configured) {
-      e = cudaFuncSetAttribute(bwd_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+      cudaError_t e = cudaFuncSetAttribute(bwd_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
       if (e == cudaSuccess)
         e = cudaFuncSetAttribute(bwd_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
       if (e != cudaSuccess) return e;
@@ -299,7 +390,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     }
     bwd_params p;
     static_cast<sm90_bwd_common &>(p) = c;
-    p.dO = dO;
+    p.dO = pp.dO;
     p.q = reinterpret_cast<const __nv_bfloat16 *>(d_q);
     p.k = reinterpret_cast<const __nv_bfloat16 *>(d_k);
     p.v = reinterpret_cast<const __nv_bfloat16 *>(d_v);

@@ -1,7 +1,7 @@
 /* bsa_bwd_ws_sm90a.cu — version 3 of the native Hopper backward: the same
  * per-pair math as v2 (sm90_bwd_pair.cuh), warp-specialized.
  *
- * CTA = 2 warpgroups per (b, h, kv block j), two CTAs per SM:
+ * CTA = 2 warpgroups per (b, h, kv block j[, q chunk]), two CTAs per SM:
  *  - consumer warpgroup (threads 0..127, 232 registers after setmaxnreg):
  *    keeps dK, dV in registers and runs the five GEMMs of each pair; it
  *    never issues a load or waits on the copy engine;
@@ -18,9 +18,14 @@
  * select i (ascending), found by binary search in the q2k row of i; after
  * its reduce has completed it increments the counter. The accumulator then
  * sums every q block's partials in ascending kv order: the same bits every
- * run. CTAs start in blockIdx order, so a lower kv block's CTA is resident
+ * run. CTAs start in blockIdx order and this mode launches kv blocks in
+ * ascending order (no work order), so a lower kv block's CTA is resident
  * or done before a higher one waits on it (no deadlock); a wait that
  * exceeds ~2^28 polls traps instead of hanging.
+ *
+ * Otherwise CTAs take their (b, h, kv block) from the preprocess's work
+ * order: longest k2q list first within a group of heads, so the grid ends
+ * on short lists instead of a tail of long ones.
  *
  * Semantics as v2 (src/bsa.h): entries outside [0, nq) skipped, counts
  * clamped to the width, padded kv rows zeroed in shared memory, empty lists
@@ -134,8 +139,10 @@ __global__ void __launch_bounds__(THREADS, 2)
 bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
 {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900)
-  const int j = blockIdx.x, c = blockIdx.y;
-  const int64_t bh = blockIdx.z;
+  const int64_t slot = (int64_t)blockIdx.z * p.group_items + blockIdx.x;
+  const int64_t item = p.order ? __ldg(p.order + slot) : slot;
+  const int j = (int)(item % p.nkv), c = blockIdx.y;
+  const int64_t bh = item / p.nkv;
   const int64_t kv_row0 = bh * ((int64_t)p.nkv * BLK) + (int64_t)j * BLK;
   const bool consumer = threadIdx.x < CONSUMER_THREADS;
   const int lo = c * p.q_chunk, hi = min(p.nq, lo + p.q_chunk);
@@ -287,7 +294,7 @@ sm90_ws_launch(sm90_ws_params &p, const void *q, const void *k, const void *v, c
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  dim3 grid(p.nkv, p.chunks, B * p.H);
+  dim3 grid(p.group_items, p.chunks, p.groups);
   if (p.q2k_idx)
     bwd_ws_kernel<true><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
   else

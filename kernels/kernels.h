@@ -37,6 +37,12 @@ cudaError_t vsa_strided_copy(void *d_dst, const void *d_src, int elem_size,
 /* Keep the GPU busy for about ns nanoseconds (a deliberate slowdown for
  * testing regression verdicts). */
 cudaError_t vsa_gpu_sleep(long long ns, cudaStream_t stream);
+/* Enqueue a one-thread kernel that holds stream until the host stores a
+ * non-zero int to flag[0] (flag: pinned host memory mapped into the device,
+ * two ints); if timeout_s seconds pass first it stores 1 to flag[1] and
+ * returns. Used by the benchmark loop so a sample's launches are all queued
+ * before its start event fires. */
+cudaError_t vsa_hold_stream(int *flag, double timeout_s, cudaStream_t stream);
 /* Launch a kernel that stores to an unmapped address: an illegal-address
  * fault that poisons the context (fault-injection for robustness tests). */
 cudaError_t vsa_gpu_fault(cudaStream_t stream);

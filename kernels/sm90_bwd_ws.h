@@ -29,9 +29,15 @@ struct sm90_ws_params : sm90_bwd_common {
   int q_chunk, chunks;
   float *kv_acc;
   int *kv_sem;
+  // Work order: the grid is (group_items, chunks, groups); CTA (x, c, g)
+  // takes item order[g·group_items + x] (identity when order is NULL),
+  // item = (b·H + h)·nkv + kv block. Launched group by group, chunk by
+  // chunk, in order within a chunk.
+  const int32_t *order;
+  int groups, group_items;
 };
 
 /* Build the tensor maps of q, k, v, dO ([B*H*S, 128] bf16 rows) and launch
- * the main kernel over (nkv, chunks, B*H). */
+ * the main kernel over (group_items, chunks, groups). */
 cudaError_t sm90_ws_launch(sm90_ws_params &p, const void *q, const void *k, const void *v,
                            const void *dO, int B, int64_t Sq, int64_t Skv, cudaStream_t stream);

@@ -110,6 +110,26 @@ sleep_kernel(long long ns)
   }
 }
 
+/* Hold the stream until the host sets flag[0] (pinned, mapped), so every
+ * launch of a timed call is queued before its start event fires: launch
+ * gaps stay out of the sample (nvbench's blocking kernel). After timeout_ns
+ * it gives up and sets flag[1]: the host then knows the call waited on the
+ * GPU while it was held, and the sample is void. */
+__global__ void
+hold_kernel(volatile int *flag, unsigned long long timeout_ns)
+{
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (flag[0] == 0) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > timeout_ns) {
+      flag[1] = 1;
+      return;
+    }
+    __nanosleep(500);
+  }
+}
+
 /* Store through a pointer no allocation covers: an illegal-address fault,
  * which leaves the CUDA context unusable (a "sticky" error). Used only to
  * prove that a faulting run ends recorded as failed with its DB intact. */
@@ -126,6 +146,13 @@ extern "C" cudaError_t
 vsa_gpu_fault(cudaStream_t stream)
 {
   fault_kernel<<<1, 1, 0, stream>>>(reinterpret_cast<int *>(16));
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t
+vsa_hold_stream(int *flag, double timeout_s, cudaStream_t stream)
+{
+  hold_kernel<<<1, 1, 0, stream>>>(flag, (unsigned long long)(timeout_s * 1e9));
   return cudaGetLastError();
 }
 

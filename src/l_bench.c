@@ -16,6 +16,7 @@
 #include "check.h"
 #include "device.h"
 #include "kernels.h"
+#include "l_args.h"
 #include "lua_api.h"
 #include "nvml.h"
 
@@ -53,6 +54,7 @@ call_fn(lua_State *L)
 
 typedef struct {
   cudaEvent_t start, stop;
+  int *hold;             /* pinned, mapped: [0] release, [1] hold timed out */
   cudaStream_t capture;  /* mode 'graph': the stream the call is captured on */
   cudaGraphExec_t graph; /* ... and the instantiated graph replayed per sample */
 } event_pair;
@@ -65,6 +67,12 @@ l_events_gc(lua_State *L)
   if (e->stop) cudaEventDestroy(e->stop);
   if (e->graph) cudaGraphExecDestroy(e->graph);
   if (e->capture) cudaStreamDestroy(e->capture);
+  if (e->hold) { /* a held kernel still polling must see its release first */
+    e->hold[0] = 1;
+    cudaDeviceSynchronize();
+    cudaFreeHost(e->hold);
+  }
+  e->hold = NULL;
   e->start = e->stop = NULL;
   e->graph = NULL;
   e->capture = NULL;
@@ -105,7 +113,7 @@ flush_l2(lua_State *L)
     }
   }
   static unsigned char byte;
-  cudaError_t e = cudaMemsetAsync(l2_buffer, byte++, l2_bytes, 0);
+  cudaError_t e = cudaMemsetAsync(l2_buffer, byte++, l2_bytes, vsa_stream());
   if (e != cudaSuccess) {
     vsa_fail_cuda(e, "L2 flush", __FILE__, __LINE__);
     return vsa_lua_raise(L);
@@ -147,6 +155,56 @@ capture_graph(lua_State *L, event_pair *ev)
                    cudaGetErrorString(e));
 }
 
+/* Seconds a held stream waits for its release before the sample is void. */
+#define HOLD_TIMEOUT_S 10.0
+
+/* One CUDA sample: [flush L2] [hold] start, fn or graph replay, stop;
+ * release; wait. With hold, every launch is queued before the start event
+ * fires, so the sample is the GPU's time alone. fn runs protected so the
+ * stream is released before its error propagates. Returns milliseconds. */
+static double
+cuda_sample(lua_State *L, event_pair *ev, int cold, int graph)
+{
+  cudaStream_t s = vsa_stream();
+  cudaError_t e = cudaSuccess;
+  if (cold) flush_l2(L);
+  if (ev->hold) {
+    __atomic_store_n(&ev->hold[0], 0, __ATOMIC_RELEASE);
+    ev->hold[1] = 0;
+    e = vsa_hold_stream(ev->hold, HOLD_TIMEOUT_S, s);
+  }
+  if (e == cudaSuccess) e = cudaEventRecord(ev->start, s);
+  int rc = 0;
+  if (e == cudaSuccess) {
+    if (graph) {
+      e = cudaGraphLaunch(ev->graph, s);
+    } else {
+      /* A collected tensor's cudaFree would wait for the held stream: no
+       * collection while it is held, a step once it is released. */
+      if (ev->hold) lua_gc(L, LUA_GCSTOP, 0);
+      lua_pushvalue(L, 1);
+      rc = lua_pcall(L, 0, 0, 0);
+      if (ev->hold) lua_gc(L, LUA_GCRESTART, 0);
+    }
+  }
+  if (e == cudaSuccess && rc == 0) e = cudaEventRecord(ev->stop, s);
+  if (ev->hold) __atomic_store_n(&ev->hold[0], 1, __ATOMIC_RELEASE);
+  if (rc != 0) lua_error(L);
+  if (e == cudaSuccess) e = cudaEventSynchronize(ev->stop);
+  if (ev->hold) lua_gc(L, LUA_GCSTEP, 0);
+  float f = 0;
+  if (e == cudaSuccess) e = cudaEventElapsedTime(&f, ev->start, ev->stop);
+  if (e != cudaSuccess) {
+    vsa_fail_cuda(e, graph ? "bench: graph replay" : "bench sample", __FILE__, __LINE__);
+    vsa_lua_raise(L);
+  }
+  if (ev->hold && __atomic_load_n(&ev->hold[1], __ATOMIC_ACQUIRE))
+    vsa_lua_errorf(L, "bench: the timed function waited on the GPU while the stream was held "
+                      "for %g s (it synchronises, copies to the host or queues too much work); "
+                      "time it with hold=false", HOLD_TIMEOUT_S);
+  return f;
+}
+
 static double
 opt_real(lua_State *L, int idx, const char *k, double def, double lo, double hi)
 {
@@ -169,7 +227,11 @@ opt_real(lua_State *L, int idx, const char *k, double def, double lo, double hi)
  * fixed count) or the adaptive rule with nvbench's defaults: at least
  * min_samples=10 samples and min_time=0.5 s of samples, then stop once the
  * relative standard deviation is <= max_noise=0.005, or at max_time=15 s,
- * or at max_samples=100000; clock='cuda'|'host'. */
+ * or at max_samples=100000; clock='cuda'|'host'; hold=true (cuda clock:
+ * a kernel holds the stream while each sample's launches are queued, so
+ * launch gaps stay out of the sample, as nvbench's blocking kernel does;
+ * a call that waits on the GPU meanwhile voids the sample with an error
+ * after 10 s; hold=false times from the first launch instead). */
 static int
 l_bench_raw(lua_State *L)
 {
@@ -177,7 +239,7 @@ l_bench_raw(lua_State *L)
   if (lua_isnoneornil(L, 2)) lua_newtable(L);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 2);
-  static const char *const keys[] = {"warmup", "repeats", "clock", "keep_samples",
+  static const char *const keys[] = {"warmup", "repeats", "clock", "keep_samples", "hold",
     "mode", "min_samples", "max_samples", "max_noise", "min_time", "max_time", NULL};
   lua_pushnil(L);
   while (lua_next(L, 2) != 0) {
@@ -187,7 +249,7 @@ l_bench_raw(lua_State *L)
     for (int i = 0; keys[i]; i++) ok |= strcmp(k, keys[i]) == 0;
     if (!ok)
       return vsa_lua_errorf(L, "bench: unknown option '%s' (takes warmup, repeats, clock, "
-                               "keep_samples, mode, min_samples, max_samples, max_noise, "
+                               "keep_samples, hold, mode, min_samples, max_samples, max_noise, "
                                "min_time, max_time)", k);
   }
   int warmup = opt_count(L, 2, "warmup", 3, 0, 1000000);
@@ -236,10 +298,13 @@ l_bench_raw(lua_State *L)
   lua_setmetatable(L, -2);
   int cap = fixed ? repeats : max_samples;
   double *x = lua_newuserdata(L, sizeof(double) * (size_t)cap);
+  int hold = vsa_arg_bool(L, 2, "hold", 1);
   if (use_cuda) {
     vsa_lua_require_cuda(L);
     cudaError_t e = cudaEventCreate(&ev->start);
     if (e == cudaSuccess) e = cudaEventCreate(&ev->stop);
+    if (e == cudaSuccess && hold)
+      e = cudaHostAlloc((void **)&ev->hold, 2 * sizeof(int), cudaHostAllocMapped);
     if (e != cudaSuccess) {
       vsa_fail_cuda(e, "cudaEventCreate", __FILE__, __LINE__);
       return vsa_lua_raise(L);
@@ -276,26 +341,7 @@ l_bench_raw(lua_State *L)
     }
     double ms;
     if (use_cuda) {
-      if (cold) flush_l2(L);
-      cudaEventRecord(ev->start, 0);
-      if (graph) {
-        cudaError_t e = cudaGraphLaunch(ev->graph, 0);
-        if (e != cudaSuccess) {
-          vsa_fail_cuda(e, "bench: graph replay", __FILE__, __LINE__);
-          return vsa_lua_raise(L);
-        }
-      } else {
-        call_fn(L);
-      }
-      cudaEventRecord(ev->stop, 0);
-      cudaError_t e = cudaEventSynchronize(ev->stop);
-      float f = 0;
-      if (e == cudaSuccess) e = cudaEventElapsedTime(&f, ev->start, ev->stop);
-      if (e != cudaSuccess) {
-        vsa_fail_cuda(e, "bench sample", __FILE__, __LINE__);
-        return vsa_lua_raise(L);
-      }
-      ms = f;
+      ms = cuda_sample(L, ev, cold, graph);
     } else {
       double t0 = host_ms();
       call_fn(L);

@@ -12,6 +12,16 @@ local core = require "vsalab.core"
 
 local M = {list = {}}
 
+-- Timing of the native kernels and the inversion: bursts of at least 20
+-- samples, then until the noise is <= 0.5% (nvbench's target) or 0.1 s.
+-- Not nvbench's 0.5 s minimum and 15 s cap: back-to-back backwards at 16k
+-- tokens and up pull the H200 from 1980 to 1710-1800 MHz (power) within
+-- 0.5 s, so long points measure a throttled chip and never meet the noise
+-- target (device runs of 2026-11-29: 2% noise, 15 s a point; at 16k the
+-- samples split between 1.57 ms and 1.73 ms). The Triton peer
+-- (tests/gpu/triton_peer.py) is timed the same way: 20-sample bursts.
+M.kernel_bench_opts = {warmup = 3, min_samples = 20, min_time = 0, max_time = 0.1}
+
 function M.register(b)
   assert(type(b.name) == "string", "backend needs a name")
   assert(type(b.run) == "function", "backend needs run(p, opts)")
@@ -106,7 +116,7 @@ local function sm90a(name, version, det, description, variant_of)
     -- differences within rounding.
     deterministic_dq = det,
     supported = sm90a_supported,
-    bench_opts = {warmup = 3, repeats = 20},
+    bench_opts = M.kernel_bench_opts,
     run = function(p)
       return core.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
         p.k2q_num, p.vbs, {sm_scale = p.sm_scale, version = version, deterministic = det})

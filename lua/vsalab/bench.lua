@@ -2,10 +2,14 @@
 --
 -- bench(fn, {mode='hot'|'cold', warmup=3, repeats=N | min_samples=10,
 --   max_noise=0.005, min_time=0.5, max_time=15, max_samples=, clock=,
---   keep_samples=false}) times fn with a CUDA event pair around each call
--- (C: vsalab.bench_raw): a fixed count with repeats, else until the relative
--- standard deviation reaches max_noise (nvbench's defaults). 'cold' rewrites
--- an L2-sized buffer before every sample. Returns {median, min, max, mean,
+--   keep_samples=false, hold=true}) times fn with a CUDA event pair around
+-- each call (C: vsalab.bench_raw): a fixed count with repeats, else until
+-- the relative standard deviation reaches max_noise (nvbench's defaults).
+-- 'cold' rewrites an L2-sized buffer before every sample. hold (CUDA clock)
+-- holds the stream with a spinning kernel while the sample's launches are
+-- queued, as nvbench's blocking kernel does, so host launch gaps are not
+-- timed; fn must then only queue work (no sync, no host copy, no cudaFree):
+-- if it waits on the GPU, the sample errors after 10 s. Returns {median, min, max, mean,
 -- stddev, rel_stddev, p20, p80, spread, samples, clock, mode, stop} in
 -- milliseconds; spread = (max - min) / median, stop = why sampling ended.
 -- TFLOPS on selected blocks: 10·64·64·D flops per selected (q block,

@@ -163,12 +163,15 @@ end
 -- Timing options for one measurement: base (a backend's bench_opts) with
 -- the run's --timing mode. 'graph' replays a captured call, so it applies
 -- only to functions that reuse their buffers (graph_ok); others time 'hot'
--- and their row says so. CPU points always time on the host clock.
+-- and their row says so; nor is their stream held while they queue (they
+-- allocate and free, which waits on the GPU). CPU points always time on
+-- the host clock.
 local function timing_opts(base, graph_ok, device)
   local mode = device ~= "cpu" and (package.loaded.vsalab.context or {}).timing
   local o = {}
   for k, v in pairs(base or {}) do o[k] = v end
   if mode and (mode ~= "graph" or graph_ok) then o.mode = mode end
+  if not graph_ok then o.hold = false end
   return o
 end
 
@@ -202,7 +205,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
       local st = bench.bench(function()
         core.invert_indices(p.q2k_idx, p.q2k_num, p.nkv,
           {out = {p.k2q_idx, p.k2q_num}, check = false})
-      end, timing_opts({warmup = 3, repeats = device == "cpu" and 3 or 20}, true, device))
+      end, timing_opts(device == "cpu" and {warmup = 3, repeats = 3} or backends.kernel_bench_opts, true, device))
       local row = base_row(e.name, c, p)
       row.kernel = "invert"
       timing(row, st)

@@ -3,7 +3,7 @@
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile): quick specs sanitize invert seed_sweep
-# wan720p modes compare fault profile
+# wan720p modes compare fault profile breakdown case12
 # Logs go to $OUT (or ./gpu-out), one STEP.log per step (sass.txt for
 # quick's SASS report) plus results.db, modes.db, compare.db, fault.db. WAN720P_ARGS passes axis overrides to the main
 # job, e.g. WAN720P_ARGS="-a H=40 -a density=[0.1,0.25]".
@@ -55,6 +55,10 @@ for step in $steps; do
       ncu --clock-control none -k regex:"bwd_(ws_)?kernel" -c 2 --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy \
         "$bin" run tests/gpu/profile.lua 2>&1 | tee "$out/profile.log" ;;
+    case12) "$bin" run tests/gpu/case12.lua 2>&1 | tee "$out/case12.log" ;;
+    breakdown) # per-kernel times of one sm90a call at 4k, 8k, 16k
+      ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"prep_kernel|bwd_ws_kernel|dq_finish" \
+        "$bin" run tests/gpu/breakdown.lua 2>&1 | tee "$out/breakdown.log" ;;
     seed_sweep) "$bin" run --db "$out/results.db" experiments/seed_sweep.lua 2>&1 | tee "$out/seed_sweep.log" ;;
     invert) "$bin" run --db "$out/results.db" experiments/invert_bench.lua 2>&1 | tee "$out/invert.log" ;;
     wan720p) "$bin" run --db "$out/results.db" experiments/wan720p.lua ${WAN720P_ARGS:-} 2>&1 | tee "$out/wan720p.log" ;;

@@ -46,6 +46,7 @@ describe("bench", function()
     assert.truthy(H.err(vsalab.bench, work, {mode = "cold", clock = "host"}):match("cuda clock"))
     assert.truthy(H.err(vsalab.bench, work, {max_noise = -1, clock = "host"}):match("max_noise"))
     assert.truthy(H.err(vsalab.bench, work, {repeats = 0, clock = "host"}):match("repeats"))
+    assert.truthy(H.err(vsalab.bench, work, {hold = "yes", clock = "host"}):match("'hold' must be a boolean"))
   end)
 
   it("propagates an error raised by the timed function", function()
