@@ -4,7 +4,7 @@
 --   vsalab compare [--db PATH] [--floor-pct 2] [--floor-ms 0.005] A B
 --
 -- A and B are run ids, `latest`, `latest~N` (N runs before the latest), or
--- a project revision prefix (the latest run built from it). A is the
+-- a project revision prefix of 4+ hex digits (the latest run built from it). A is the
 -- baseline. Points match on (experiment, kernel, B, H, Sq, Skv, D, block,
 -- density, topk, ragged); when a run measured a point twice the last row
 -- counts. Verdicts, from the medians and each run's measured range
@@ -67,7 +67,11 @@ function M.resolve(db, ref)
     if #r == 0 then error("no run with id " .. ref, 0) end
     return r[1].id
   end
-  -- A revision: its latest run. A prefix of several revisions is refused.
+  -- A revision: its latest run. A prefix of several revisions is refused,
+  -- and so is one too short to name a revision (git's minimum: 4 hex digits).
+  if not ref:match("^%x%x%x%x") then
+    error("no run with id, 'latest' or revision '" .. ref .. "' (a revision prefix needs 4+ hex digits)", 0)
+  end
   local revs = db:q("SELECT DISTINCT git_rev FROM run WHERE substr(git_rev, 1, ?) = ?", #ref, ref)
   if #revs == 0 then error("no run with id, 'latest' or revision '" .. ref .. "'", 0) end
   if #revs > 1 then

@@ -286,19 +286,20 @@ function M.run_config(e, i, c, device, seed, rows, n)
 end
 
 function M.summary(rows, anchors, gemm)
-  local t = {}
+  local t, any_ragged = {}, false
   for _, r in ipairs(rows) do
+    any_ragged = any_ragged or r.ragged == 1 or r.ragged == true
     local e = r.errors or {}
     local function err(k) return e[k] and e[k].rel_l2 end
     t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, density = r.density,
       topk = r.topk, ms = r.ms_median, tflops = r.tflops,
+      ragged = (r.ragged == 1 or r.ragged == true) and "yes" or "no",
       dq = err("dq"), dk = err("dk"), dv = err("dv"),
       ok = r.passed == nil and "-" or (r.passed == 1 and "pass" or "FAIL"),
       gemm = (r.tflops and gemm) and (100 * r.tflops / gemm) or nil,
       anchor = anchors and anchors(r) or nil}
   end
-  print()
-  report.table(t, {
+  local cols = {
     {key = "kernel"}, {key = "B", fmt = "%d"}, {key = "H", fmt = "%d"}, {key = "S", fmt = "%d"},
     {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
     {key = "ms", title = "ms (median)", fmt = "%.3f"},
@@ -308,7 +309,12 @@ function M.summary(rows, anchors, gemm)
     {key = "dk", title = "dk rel L2", fmt = "%.2e"},
     {key = "dv", title = "dv rel L2", fmt = "%.2e"},
     {key = "ok", title = "check"}, {key = "anchor"},
-  })
+  }
+  -- Ragged lists (counts below top-k) change what a TFLOPS figure means:
+  -- say which rows had them when any did.
+  if any_ragged then table.insert(cols, 7, {key = "ragged"}) end
+  print()
+  report.table(t, cols)
 end
 
 return M

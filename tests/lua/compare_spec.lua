@@ -64,18 +64,27 @@ describe("vsalab compare", function()
 
   it("resolves a revision prefix to its latest run and refuses an ambiguous one", function()
     local w = vsalab.db_open(path)
-    w:q("UPDATE run SET git_rev = 'abc1234' WHERE id IN (?, ?)", a, b)
-    w:q("UPDATE run SET git_rev = 'abc9999' WHERE id = ?", c)
+    w:q("UPDATE run SET git_rev = 'abcd1234' WHERE id IN (?, ?)", a, b)
+    w:q("UPDATE run SET git_rev = 'abcd9999-dirty' WHERE id = ?", c)
     w:close()
-    local rc, out = H.vsalab("compare --db " .. path .. " abc1 " .. a)
+    local rc, out = H.vsalab("compare --db " .. path .. " abcd1 " .. a)
     assert.equal(0, rc, out)
     assert.truthy(out:match("run " .. b .. " %(baseline%) vs run " .. a), out)
-    local rc3, _, err3 = H.vsalab("compare --db " .. path .. " abc1 " .. b)
+    local rc3, _, err3 = H.vsalab("compare --db " .. path .. " abcd1 " .. b)
     assert.equal(2, rc3) -- both name run b: no self-comparison passes as SAME
     assert.truthy(err3:find("both name run " .. b, 1, true), err3)
-    local rc2, _, err = H.vsalab("compare --db " .. path .. " abc " .. a)
+    local rc2, _, err = H.vsalab("compare --db " .. path .. " abcd " .. a)
     assert.equal(2, rc2)
-    assert.truthy(err:find("revision 'abc' is ambiguous: abc1234, abc9999", 1, true), err)
+    assert.truthy(err:find("revision 'abcd' is ambiguous: abcd1234, abcd9999-dirty", 1, true), err)
+    -- An empty or too short prefix names no revision (it used to match all).
+    for _, ref in ipairs{"''", "abc", "zzzz"} do
+      local rc4, _, err4 = H.vsalab("compare --db " .. path .. " " .. ref .. " " .. a)
+      assert.equal(2, rc4, ref)
+      assert.truthy(err4:find("no run with id, 'latest' or revision", 1, true), err4)
+    end
+    local rc5, _, err5 = H.vsalab("show --db " .. path .. " ''")
+    assert.equal(2, rc5)
+    assert.truthy(err5:find("4+ hex digits", 1, true), err5)
   end)
 
   it("rejects bad references and options", function()

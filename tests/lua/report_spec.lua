@@ -39,3 +39,27 @@ describe("vsalab report", function()
     assert.is_true(#png > 30000, "screenshot only " .. #png .. " bytes")
   end)
 end)
+
+describe("experiment summary", function()
+  local exp = require "vsalab.experiment"
+  local function summary_of(rows)
+    local out, stdout = {}, io.stdout
+    io.stdout = {write = function(self, ...) for _, v in ipairs{...} do out[#out + 1] = v end end}
+    local ok, e = pcall(exp.summary, rows)
+    io.stdout = stdout
+    assert(ok, e)
+    return table.concat(out)
+  end
+  local function row(ragged)
+    return {kernel = "reference", B = 1, H = 2, Sq = 256, density = 0.5, topk = 2,
+      ragged = ragged, ms_median = 1.5, tflops = 0.1, passed = 1}
+  end
+
+  it("marks ragged rows only when some row is ragged", function()
+    local plain = summary_of({row(0), row(0)})
+    assert.falsy(plain:find("ragged", 1, true), plain)
+    local mixed = summary_of({row(0), row(1)})
+    assert.truthy(mixed:find("ragged", 1, true), mixed)
+    assert.truthy(mixed:find("yes", 1, true) and mixed:find("no", 1, true), mixed)
+  end)
+end)
