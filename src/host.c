@@ -228,6 +228,8 @@ setup(lua_State *L)
   lua_setfield(L, -2, "device");
   lua_pushnumber(L, (lua_Number)o->seed);
   lua_setfield(L, -2, "seed");
+  lua_pushboolean(L, o->seed_given);
+  lua_setfield(L, -2, "seed_given");
   if (o->script) {
     lua_pushstring(L, o->script);
     lua_setfield(L, -2, "script");
@@ -317,6 +319,21 @@ finish_run(lua_State *L, const char *status, const char *err)
 int
 vsa_host_run_script(lua_State *L, const vsa_host_options *o)
 {
+  if (o->resume > 0) { /* the run's seed and timing, before the script reads them */
+    lua_getglobal(L, "require");
+    lua_pushstring(L, "vsalab.run");
+    int rc = vsa_host_docall(L, 1, 1);
+    if (rc == 0) {
+      lua_getfield(L, -1, "adopt_resume");
+      lua_remove(L, -2);
+      rc = vsa_host_docall(L, 0, 0);
+    }
+    if (rc != 0) {
+      fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
+      lua_pop(L, 1);
+      return 2;
+    }
+  }
   lua_createtable(L, o->argc, 1);
   lua_pushstring(L, o->script);
   lua_rawseti(L, -2, 0);

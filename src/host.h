@@ -15,6 +15,7 @@ typedef struct {
   const char *timing;   /* --timing hot|cold|graph (NULL: the script's choice) */
   int device;           /* CUDA ordinal for new tensors */
   long long seed;       /* run seed, handed to scripts as vsalab.context.seed */
+  int seed_given;       /* --seed was on the command line (--resume checks it) */
   const char *script;   /* script path, or NULL */
   int argc;             /* script arguments */
   char **argv;
@@ -29,7 +30,10 @@ lua_State *vsa_host_new(const vsa_host_options *opts);
 /* Run a script file with `arg` set (arg[0] = script, arg[1..] = args). On
  * error prints the message and the Lua traceback to stderr and returns 1;
  * returns 0 on success. The run row (if the script began one) is closed as
- * 'finished', 'failed' or 'interrupted'. */
+ * 'finished', 'failed' or 'interrupted'. With --resume, the run's seed and
+ * timing are taken first (vsalab.run.adopt_resume); a missing run or one
+ * that ran another script, seed, arguments or timing prints why and
+ * returns 2 without running the script. */
 int vsa_host_run_script(lua_State *L, const vsa_host_options *opts);
 
 /* Run a command implemented in Lua: require(module).main({args...}) and

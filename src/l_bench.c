@@ -262,7 +262,12 @@ l_bench_raw(lua_State *L)
   double max_noise = opt_real(L, 2, "max_noise", 0.005, 0, 1e9);
   double min_time_ms = 1e3 * opt_real(L, 2, "min_time", 0.5, 0, 1e6);
   double max_time_ms = 1e3 * opt_real(L, 2, "max_time", 15, 0, 1e6);
-  if (max_samples < min_samples) max_samples = min_samples;
+  if (!fixed && max_samples < min_samples)
+    return vsa_lua_errorf(L, "bench: max_samples (%d) is below min_samples (%d)", max_samples,
+                          min_samples);
+  if (!fixed && min_time_ms > max_time_ms)
+    return vsa_lua_errorf(L, "bench: min_time (%g s) is above max_time (%g s)", min_time_ms / 1e3,
+                          max_time_ms / 1e3);
   lua_getfield(L, 2, "mode");
   const char *mode = lua_isnil(L, -1) ? "hot" : lua_tostring(L, -1);
   if (!mode || (strcmp(mode, "hot") && strcmp(mode, "cold") && strcmp(mode, "graph")))

@@ -27,11 +27,12 @@ static const char usage[] =
     "  vsalab run [options] SCRIPT [args...]  run a Lua experiment script\n"
     "  vsalab repl [options] [-i SCRIPT [args...]]  a Lua prompt with vsalab loaded\n"
     "                                         (also plain `vsalab` on a terminal)\n"
-    "  vsalab compare [--db PATH] [--floor-pct 2] [--floor-ms 0.005] A B\n"
+    "  vsalab compare [--db PATH] [--floor-pct 2] [--floor-ms 0.005] [--partial] A B\n"
     "                                         speed and error verdicts per point of\n"
     "                                         two runs (ids, latest, latest~N, a\n"
-    "                                         revision); exit 1 on SLOW/NEW FAIL\n"
-    "  vsalab runs [--db PATH] [--format F]   list runs (F: table csv json markdown)\n"
+    "                                         revision); exit 1 on SLOW/NEW FAIL/MISSING\n"
+    "  vsalab runs [--db PATH] [--format F] [--limit N]\n"
+    "                                         list the latest N runs (50; F: table csv json markdown)\n"
     "  vsalab show [--db PATH] [--format F] RUN   a run's environment and rows\n"
     "  vsalab query [--db PATH] [--format F] \"SQL\" [values]   any read-only SQL\n"
     "  vsalab report [--db PATH] [-o FILE] [RUN...]  one self-contained HTML report\n"
@@ -45,7 +46,8 @@ static const char usage[] =
     "  --device N    CUDA device for new tensors (default: 0)\n"
     "  --seed N      run seed handed to the script, in [0, 2^48] (default: 1234)\n"
     "  --context K=V a key=value pair recorded with the run (repeatable)\n"
-    "  --resume RUN  continue run RUN: points it already measured are skipped\n"
+    "  --resume RUN  continue run RUN (its seed and timing; same script and args):\n"
+    "                points it already measured are skipped\n"
     "  --point-timeout S  give up a sweep point after S seconds (row skipped)\n"
     "  --timing MODE hot (back-to-back, default), cold (L2 flushed before each\n"
     "                sample) or graph (CUDA-graph replay) for experiments\n"
@@ -134,6 +136,7 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi)
         return 2;
       }
       o.seed = n;
+      o.seed_given = 1;
     }
   }
   *po = o;

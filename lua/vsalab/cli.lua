@@ -13,7 +13,8 @@ end
 
 -- parse(cmd, argv, spec) -> opts, positional (or nil after printing why).
 -- spec.options: flag -> {key = name in opts, check = function(v) -> value
--- or nil, why}; --db (default: --db of the invocation, else results.db) is
+-- or nil, why} (an option with a value), or {key =, flag = true} (no
+-- value: opts[key] = true); --db (default: --db of the invocation, else results.db) is
 -- always taken. spec.usage is printed after a usage error. spec.strict: a
 -- word starting with '-' that is no option is an error; otherwise it is
 -- positional (query values may be negative numbers).
@@ -24,7 +25,10 @@ function M.parse(cmd, argv, spec)
   while i <= #argv do
     local a = argv[i]
     local opt = (spec.options or {})[a] or (a == "--db" and {key = "db"})
-    if opt then
+    if opt and opt.flag then
+      o[opt.key] = true
+      i = i + 1
+    elseif opt then
       local v = argv[i + 1]
       if not v then return M.fail(cmd, a .. " needs a value\n" .. spec.usage) end
       if opt.check then

@@ -1,13 +1,14 @@
 -- vsalab compare A B: per matching point of two runs, the speed ratio and a
 -- verdict, error changes and pass->fail flags.
 --
---   vsalab compare [--db PATH] [--floor-pct 2] [--floor-ms 0.005] A B
+--   vsalab compare [--db PATH] [--floor-pct 2] [--floor-ms 0.005] [--partial] A B
 --
 -- A and B are run ids, `latest`, `latest~N` (N runs before the latest), or
 -- a project revision prefix of 4+ hex digits (the latest run built from it). A is the
 -- baseline. Points match on (experiment, kernel, B, H, Sq, Skv, D, block,
--- density, topk, ragged); when a run measured a point twice the last row
--- counts. Verdicts, from the medians and each run's measured range
+-- density, topk, ragged, timing mode); when a run measured a point twice
+-- the last row counts; a point timed in one run only is listed as ONLY A
+-- or ONLY B. Verdicts, from the medians and each run's measured range
 -- [ms_min, ms_max]:
 --   SAME       |ratio - 1| <= floor-pct, or |B - A| < floor-ms (tiny kernels)
 --   SLOW/FAST  the ranges do not overlap and the medians differ by more than
@@ -16,9 +17,10 @@
 --   AMBIGUOUS  the medians differ by more than the floor but the ranges
 --              overlap: rerun with more samples
 -- A row that passed in A and fails in B is flagged NEW FAIL; an output
--- whose rel L2 grew more than 2x is flagged ERR UP. Exit status 1 when any
--- point is SLOW or NEW FAIL, or no point matches (so it can gate a CI job),
--- 2 on usage errors.
+-- whose rel L2 grew more than 2x is flagged ERR UP; a point of A that B
+-- lacks is flagged MISSING. Exit status 1 when any point is SLOW, NEW FAIL
+-- or MISSING (--partial: B may measure a subset, as a rerun does), or no
+-- point matches (so it can gate a CI job), 2 on usage errors.
 local cli = require "vsalab.cli"
 local report = require "vsalab.report"
 
@@ -41,7 +43,7 @@ function M.verdict(a, b, opts)
 end
 
 local key_cols = {"experiment", "kernel", "B", "H", "Sq", "Skv", "D", "block",
-  "density", "topk", "ragged"}
+  "density", "topk", "ragged", "mode"}
 
 local function point_key(r)
   local parts = {}
@@ -97,14 +99,27 @@ local function load(db, id)
   return by
 end
 
--- Compare runs a and b (ids) of db; returns the list of point rows and
--- whether the comparison gates (SLOW or NEW FAIL somewhere).
+local function point_row(r, verdict)
+  return {experiment = r.experiment, kernel = r.kernel, B = r.B, H = r.H, S = r.Sq,
+    ragged = r.ragged, density = r.density, mode = r.mode, verdict = verdict, flags = ""}
+end
+
+-- Compare runs a and b (ids) of db; returns the list of point rows, whether
+-- the comparison gates (SLOW, NEW FAIL, or, unless opts.partial, a point of
+-- A that B did not measure) and the number of matching points. Points in
+-- one run only come last, as verdict ONLY A / ONLY B.
 function M.compare(db, a, b, opts)
+  opts = opts or {}
   local A, B = load(db, a), load(db, b)
   local out, gate = {}, false
-  local keys = {}
-  for k in pairs(B) do if A[k] then keys[#keys + 1] = k end end
+  local keys, only_a, only_b = {}, {}, {}
+  for k in pairs(B) do
+    if A[k] then keys[#keys + 1] = k else only_b[#only_b + 1] = k end
+  end
+  for k in pairs(A) do if not B[k] then only_a[#only_a + 1] = k end end
   table.sort(keys)
+  table.sort(only_a)
+  table.sort(only_b)
   for _, k in ipairs(keys) do
     local ra, rb = A[k], B[k]
     local v, ratio = M.verdict(
@@ -119,15 +134,28 @@ function M.compare(db, a, b, opts)
       end
     end
     if v == "SLOW" or flags[1] == "NEW FAIL" then gate = true end
-    out[#out + 1] = {experiment = rb.experiment, kernel = rb.kernel, B = rb.B, H = rb.H, S = rb.Sq,
-      ragged = rb.ragged,
-      density = rb.density, a_ms = ra.ms_median, b_ms = rb.ms_median, ratio = ratio,
-      verdict = v, flags = table.concat(flags, ", ")}
+    local row = point_row(rb, v)
+    row.a_ms, row.b_ms, row.ratio, row.flags = ra.ms_median, rb.ms_median, ratio, table.concat(flags, ", ")
+    out[#out + 1] = row
   end
-  return out, gate
+  local matched = #out
+  -- A point B lost (a timeout, an error, a shorter sweep, another timing
+  -- mode) must not let a gate pass silently.
+  for _, k in ipairs(only_a) do
+    local row = point_row(A[k], "ONLY A")
+    row.a_ms = A[k].ms_median
+    if not opts.partial then row.flags = "MISSING"; gate = true end
+    out[#out + 1] = row
+  end
+  for _, k in ipairs(only_b) do
+    local row = point_row(B[k], "ONLY B")
+    row.b_ms = B[k].ms_median
+    out[#out + 1] = row
+  end
+  return out, gate, matched
 end
 
-local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-ms MS] A B"
+local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-ms MS] [--partial] A B"
 
 -- Entry point of `vsalab compare`: returns the exit status.
 function M.main(argv)
@@ -138,10 +166,11 @@ function M.main(argv)
   end
   local o, refs = cli.parse("compare", argv, {usage = usage, strict = true, options = {
     ["--floor-pct"] = {key = "floor_pct", check = floor},
-    ["--floor-ms"] = {key = "floor_ms", check = floor}}})
+    ["--floor-ms"] = {key = "floor_ms", check = floor},
+    ["--partial"] = {key = "partial", flag = true}}})
   if not o then return 2 end
   local opts = {floor_pct = o.floor_pct or M.defaults.floor_pct,
-    floor_ms = o.floor_ms or M.defaults.floor_ms}
+    floor_ms = o.floor_ms or M.defaults.floor_ms, partial = o.partial}
   if #refs ~= 2 then io.stderr:write(usage, "\n"); return 2 end
   local db = cli.open_db("compare", o.db)
   if not db then return 2 end
@@ -156,20 +185,21 @@ function M.main(argv)
     io.stderr:write(string.format("vsalab compare: %s and %s both name run %d\n", refs[1], refs[2], a))
     return 2
   end
-  local rows, gate = M.compare(db, a, b, opts)
+  local rows, gate, matched = M.compare(db, a, b, opts)
   db:close()
-  print(string.format("run %d (baseline) vs run %d: %d matching points, floors %.3g%% and %.3g ms",
-    a, b, #rows, opts.floor_pct, opts.floor_ms))
+  print(string.format("run %d (baseline) vs run %d: %d matching point%s, floors %.3g%% and %.3g ms",
+    a, b, matched, matched == 1 and "" or "s", opts.floor_pct, opts.floor_ms))
   report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "B", fmt = "%d"},
     {key = "H", fmt = "%d"}, {key = "ragged", fmt = "%d"},
-    {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"},
+    {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "mode"},
     {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
     {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
   local counts = {}
   for _, r in ipairs(rows) do counts[r.verdict] = (counts[r.verdict] or 0) + 1 end
-  print(string.format("SAME %d  FAST %d  SLOW %d  AMBIGUOUS %d", counts.SAME or 0,
-    counts.FAST or 0, counts.SLOW or 0, counts.AMBIGUOUS or 0))
-  if #rows == 0 then
+  print(string.format("SAME %d  FAST %d  SLOW %d  AMBIGUOUS %d  ONLY A %d  ONLY B %d",
+    counts.SAME or 0, counts.FAST or 0, counts.SLOW or 0, counts.AMBIGUOUS or 0,
+    counts["ONLY A"] or 0, counts["ONLY B"] or 0))
+  if matched == 0 then
     io.stderr:write("vsalab compare: no point of run ", b, " matches run ", a, "\n")
     return 1
   end

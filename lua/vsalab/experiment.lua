@@ -28,6 +28,10 @@ function M.args(argv, defaults)
   for k, v in pairs(defaults or {}) do o[k] = v end
   for _, a in ipairs(argv or {}) do
     local k, v = a:match("^([%w_]+)=(.*)$")
+    if not k and a:match("^%-%-") then
+      error("argument '" .. a .. "': vsalab's options go before the script "
+        .. "(vsalab run [options] SCRIPT [key=value ...])", 0)
+    end
     if not k then error("argument '" .. a .. "': expected key=value", 0) end
     if defaults and defaults[k] == nil then
       local known = {}
@@ -84,6 +88,12 @@ function M.run(e)
   if device ~= "cpu" then
     local ok, why = core.cuda_available()
     if not ok then error(e.name .. " needs a CUDA device: " .. tostring(why), 0) end
+  else
+    local timing = (package.loaded.vsalab.context or {}).timing
+    if timing and timing ~= "hot" then
+      io.stderr:write(e.name, ": --timing ", timing, " applies to GPU points; these CPU points ",
+        "time on the host clock (their rows say mode=hot)\n")
+    end
   end
   local seed = e.seed or 1
   local rows = {}
@@ -134,10 +144,13 @@ function M.run(e)
         error(err, 0)
       end
       collectgarbage()
+      -- The message without the hook's source position, so every skipped
+      -- row reads the same whatever Lua line the timer interrupted.
+      local first = msg:gsub("\n.*", ""):gsub("^[^:]*%.lua:%d+: ", "")
       local r = {experiment = e.name, kernel = "config", B = c.B, H = c.H, D = c.D,
         density = c.density, topk = c.topk, ragged = c.ragged and 1 or 0,
         point_hash = M.hash_of(c),
-        note = "skipped (" .. why .. "): " .. msg:gsub("\n.*", "")}
+        note = "skipped (" .. why .. "): " .. first}
       r.id = run.log(r)
       rows[#rows + 1] = r
       report.progress(i, n, "skipped (" .. why .. ")")

@@ -172,7 +172,7 @@ function M.render(db, ids)
       o[#o + 1] = "</table>"
     end
     o[#o + 1] = '<h2>All rows</h2><div class="scroll"><table><tr>'
-    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
+    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
     for _, r in ipairs(rows) do
       if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
     end

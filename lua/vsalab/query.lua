@@ -135,10 +135,12 @@ function M.main(argv)
         tostring(run.gpu_cc), tostring(run.sm_count), tostring(run.driver_version)) or "no GPU"
       print(string.format("  %s, CUDA runtime %s, rev %s, seed %s", gpu,
         tostring(run.runtime_version), tostring(run.git_rev), tostring(run.seed)))
+      print(string.format("  args %s, context %s", tostring(run.args or "[]"),
+        tostring(run.context or "{}")))
       if run.error then print("  error: " .. run.error:gsub("\n.*", "")) end
     end
-    local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ragged, ms_median,
-        tflops, passed, worst_output, worst_rel_l2, note FROM result_summary WHERE run_id = ? ORDER BY id]], id)
+    local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ragged, mode,
+        samples, ms_median, tflops, passed, worst_output, worst_rel_l2, note FROM result_summary WHERE run_id = ? ORDER BY id]], id)
     M.print_rows(rows, rows.columns, o.format)
   elseif cmd == "query" then
     if #o.rest < 1 then return fail(usage.query) end

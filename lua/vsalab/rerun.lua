@@ -2,7 +2,8 @@
 -- inputs. A row's problem seed derives from its run's seed and its point
 -- hash (vsalab.experiment.point_seed), and the point itself is stored in the
 -- row's `extra.point`, so the inputs are rebuilt exactly; the row's kernel
--- is timed and checked again and a new run with one row is logged.
+-- is timed and checked again, in the timing mode the row records (hot,
+-- cold or graph), and a new run with one row is logged.
 --
 --   vsalab rerun [--db PATH] ROW
 local cli = require "vsalab.cli"
@@ -48,10 +49,13 @@ function M.main(argv)
   local ctx = package.loaded.vsalab.context
   ctx.script = "rerun of row " .. row_id
   ctx.seed = r.run_seed
+  -- Timed as the row was, so `compare` sets like against like.
+  if r.mode == "hot" or r.mode == "cold" or r.mode == "graph" then ctx.timing = r.mode end
   -- Where it ran: rows made on a machine without a GPU carry no gpu_name.
   local device = r.gpu_name and "cuda" or "cpu"
-  io.stderr:write(string.format("rerun of row %d: %s %s on %s, run seed %s, point %s\n", row_id,
-    r.experiment, r.kernel, device, tostring(r.run_seed), tostring(r.point_hash)))
+  io.stderr:write(string.format("rerun of row %d: %s %s on %s, run seed %s, point %s, timing %s\n",
+    row_id, r.experiment, r.kernel, device, tostring(r.run_seed), tostring(r.point_hash),
+    tostring(ctx.timing or "hot")))
   exp.run{name = r.experiment, device = device, configs = {extra.point},
     seed = r.run_seed, only_kernel = r.kernel, gemm = false,
     check = extra.q_blocks and {q_blocks = extra.q_blocks, kv_blocks = extra.kv_blocks} or "full"}

@@ -45,6 +45,46 @@ function M.environment()
   return env
 end
 
+-- --resume RUN, before the script starts (the host calls this): the run
+-- must exist and have run the same script with the same arguments; its
+-- seed and --timing mode are taken over, so the points it still lacks are
+-- built from the inputs its rows were (each point's seed derives from the
+-- run seed) and timed the same way. A --seed or --timing that differs
+-- from the run's is refused, as are other arguments.
+function M.adopt_resume()
+  local ctx = context()
+  if not ctx.resume then return end
+  local path = ctx.db_path or "results.db"
+  local db = core.db_open(path, {readonly = true})
+  local ok, r = pcall(db.q, db, "SELECT id, script, seed, args, context FROM run WHERE id = ?", ctx.resume)
+  db:close()
+  if not ok then error(r, 0) end
+  r = r[1]
+  if not r then error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0) end
+  local function base(p) return (p:match("([^/]+)$")) end
+  if r.script and ctx.script and base(r.script) ~= base(ctx.script) then
+    error(string.format("--resume: run %d ran %s, not %s", r.id, r.script, ctx.script), 0)
+  end
+  if r.seed then
+    if ctx.seed_given and ctx.seed ~= r.seed then
+      error(string.format("--resume: run %d used --seed %d, not %d (leave --seed out to take the run's)",
+        r.id, r.seed, ctx.seed), 0)
+    end
+    ctx.seed = r.seed
+  end
+  local args = json.encode(ctx.args or {})
+  if r.args and args ~= r.args then
+    error(string.format("--resume: run %d ran with the script arguments %s, not %s (give the same)",
+      r.id, r.args, args), 0)
+  end
+  local timing = r.context and r.context:match('"timing":"(%a+)"')
+  if ctx.timing and ctx.timing ~= (timing or "hot") then
+    error(string.format("--resume: run %d timed %s, not %s (leave --timing out to take the run's)",
+      r.id, timing or "hot (the default)", ctx.timing), 0)
+  end
+  ctx.timing = ctx.timing or timing
+end
+
 function M.current()
   if state then return state end
   local ctx = context()
@@ -52,16 +92,12 @@ function M.current()
   local db = core.db_open(path)
   local id
   if ctx.resume then
-    -- --resume RUN: the same run row goes on; experiments skip what it has.
-    local r = db:q("SELECT id, script FROM run WHERE id = ?", ctx.resume)[1]
+    -- --resume RUN (checked by adopt_resume): the same run row goes on;
+    -- experiments skip what it has.
+    local r = db:q("SELECT id FROM run WHERE id = ?", ctx.resume)[1]
     if not r then
       db:close()
       error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0)
-    end
-    local function base(path) return (path:match("([^/]+)$")) end
-    if r.script and ctx.script and base(r.script) ~= base(ctx.script) then
-      db:close()
-      error(string.format("--resume: run %d ran %s, not %s", r.id, r.script, ctx.script), 0)
     end
     db:q("UPDATE run SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?", r.id)
     id = r.id

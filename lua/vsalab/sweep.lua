@@ -95,6 +95,9 @@ end
 local function parse_values(text, pow2)
   local inner = text:match("^%[(.*)%]$")
   local vals = {}
+  if not inner and text:find("[%[%]]") then
+    error("sweep: unbalanced brackets in '" .. text .. "' (a list is [a,b,...], a range [start:stop:step])", 0)
+  end
   if not inner then
     vals[1] = tonumber(text) or text
   else
@@ -149,7 +152,19 @@ function Sweep:override(argv)
         for _, ax in ipairs(self.axes) do known[#known + 1] = ax.name end
         error("sweep: no axis '" .. name .. "' (axes: " .. table.concat(known, ", ") .. ")", 0)
       end
-      axis.values = parse_values(vals, flag == "[pow2]")
+      local values = parse_values(vals, flag == "[pow2]")
+      -- A numeric axis takes numbers only: 'density=abc' fails here, by
+      -- name, not deep inside the run.
+      local numeric = #axis.values > 0
+      for _, v in ipairs(axis.values) do numeric = numeric and type(v) == "number" end
+      if numeric then
+        for _, v in ipairs(values) do
+          if type(v) ~= "number" then
+            error(string.format("sweep: axis '%s' takes numbers, got '%s' in -a %s", name, tostring(v), spec), 0)
+          end
+        end
+      end
+      axis.values = values
     end
   end
   return rest

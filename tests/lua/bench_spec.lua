@@ -36,7 +36,7 @@ describe("bench", function()
 
   it("stops at max_samples", function()
     local st = vsalab.bench(work, {clock = "host", warmup = 0, min_samples = 2,
-      max_samples = 5, min_time = 100, max_noise = 0})
+      max_samples = 5, min_time = 10, max_time = 100, max_noise = 0})
     assert.equal(5, st.samples)
     assert.equal("max_samples", st.stop)
   end)
@@ -47,6 +47,8 @@ describe("bench", function()
     assert.truthy(H.err(vsalab.bench, work, {max_noise = -1, clock = "host"}):match("max_noise"))
     assert.truthy(H.err(vsalab.bench, work, {repeats = 0, clock = "host"}):match("repeats"))
     assert.truthy(H.err(vsalab.bench, work, {hold = "yes", clock = "host"}):match("'hold' must be a boolean"))
+    assert.truthy(H.err(vsalab.bench, work, {max_samples = 7, clock = "host"}):match("max_samples %(7%) is below min_samples %(10%)"))
+    assert.truthy(H.err(vsalab.bench, work, {min_time = 2, max_time = 1, clock = "host"}):match("min_time %(2 s%) is above max_time %(1 s%)"))
   end)
 
   it("propagates an error raised by the timed function", function()

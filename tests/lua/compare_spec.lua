@@ -10,9 +10,9 @@ local function normal()
 end
 
 -- Log one synthetic run: per point, 20 samples of median_ms·scale·(1 + noise·N(0,1)).
-local function synthetic_run(db, scale, noise, passed)
+local function synthetic_run(db, scale, noise, passed, mode, sizes)
   local id = db:begin_run{script = "synthetic"}
-  for _, S in ipairs{4096, 8192, 16384, 32768} do
+  for _, S in ipairs(sizes or {4096, 8192, 16384, 32768}) do
     for _, kernel in ipairs{"sm90a", "reference"} do
       local base = S / 4096 * (kernel == "sm90a" and 0.25 or 3.0)
       local s = {}
@@ -21,7 +21,7 @@ local function synthetic_run(db, scale, noise, passed)
       db:log{run_id = id, experiment = "synthetic", kernel = kernel, B = 1, H = 8, Sq = S,
         Skv = S, D = 128, block = 64, density = 0.25, topk = S / 256, ragged = 0,
         ms_median = st.median, ms_min = st.min, ms_max = st.max, spread = st.spread,
-        samples = st.samples, passed = passed and 1 or 0,
+        samples = st.samples, passed = passed and 1 or 0, mode = mode or "hot",
         errors = {dq = {rel_l2 = 2.3e-3, passed = passed}}}
     end
   end
@@ -37,6 +37,8 @@ describe("vsalab compare", function()
   local b = synthetic_run(db, 1.0, 0.01, true)
   local c = synthetic_run(db, 1.1, 0.01, true)
   local d = synthetic_run(db, 1.0, 0.01, false)
+  local e = synthetic_run(db, 1.0, 0.01, true, "graph")
+  local f = synthetic_run(db, 1.0, 0.01, true, "hot", {4096, 8192})
   db:close()
   teardown(function() os.execute("rm -rf " .. dir) end)
 
@@ -45,6 +47,26 @@ describe("vsalab compare", function()
     assert.equal(0, rc)
     assert.truthy(out:match("8 matching points"))
     assert.truthy(out:match("SAME 8  FAST 0  SLOW 0  AMBIGUOUS 0"))
+  end)
+
+  it("matches rows timed in the same mode only", function()
+    local rc, out = H.vsalab("compare --db " .. path .. " " .. a .. " " .. e)
+    assert.equal(1, rc)
+    assert.truthy(out:match("0 matching points"), out)
+    assert.truthy(out:match("ONLY A 8  ONLY B 8"), out)
+  end)
+
+  it("gates on points the new run lost, unless --partial", function()
+    local rc, out = H.vsalab("compare --db " .. path .. " " .. a .. " " .. f)
+    assert.equal(1, rc)
+    assert.truthy(out:match("SAME 4  FAST 0  SLOW 0  AMBIGUOUS 0  ONLY A 4  ONLY B 0"), out)
+    assert.truthy(out:find("MISSING", 1, true), out)
+    local rc2, out2 = H.vsalab("compare --db " .. path .. " --partial " .. a .. " " .. f)
+    assert.equal(0, rc2, out2)
+    -- New points in B are listed, never gate.
+    local rc3, out3 = H.vsalab("compare --db " .. path .. " " .. f .. " " .. a)
+    assert.equal(0, rc3, out3)
+    assert.truthy(out3:match("ONLY A 0  ONLY B 4"), out3)
   end)
 
   it("says SLOW for a 10% slowdown with 1% noise, and gates", function()
@@ -57,8 +79,9 @@ describe("vsalab compare", function()
   end)
 
   it("flags a new failure and resolves latest~N", function()
-    local rc, out = H.vsalab("compare --db " .. path .. " latest~3 latest")
+    local rc, out = H.vsalab("compare --db " .. path .. " latest~5 latest~2")
     assert.equal(1, rc)
+    assert.truthy(out:match("run " .. a .. " %(baseline%) vs run " .. d), out)
     assert.truthy(out:match("NEW FAIL"))
   end)
 
@@ -125,7 +148,15 @@ describe("vsalab rerun", function()
     local e2 = d:q("SELECT output, rel_l2 FROM result_error WHERE result_id = ? ORDER BY output", new[1].id)
     -- The rerun has the original's experiment name and seed: compare matches it.
     local rc3, out3 = H.vsalab("compare --db " .. db .. " 1 2")
-    assert.truthy(out3:match("1 matching points"))
+    assert.truthy(out3:match("1 matching point,"), out3)
+    -- Run 2 measured one point of run 1's: missing points gate unless
+    -- --partial says a subset is expected.
+    assert.equal(1, rc3)
+    assert.truthy(out3:find("ONLY A", 1, true) and out3:find("MISSING", 1, true), out3)
+    -- (CPU timings: a wide floor, so only --partial decides the status.)
+    local rc4, out4 = H.vsalab("compare --db " .. db .. " --partial --floor-pct 80 1 2")
+    assert.equal(0, rc4, out4)
+    assert.falsy(out4:find("MISSING", 1, true), out4)
     assert.same(e1, e2)
     assert.equal("finished", d:q("SELECT status FROM run WHERE id = 2")[1].status)
     d:close()

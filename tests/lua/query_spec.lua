@@ -25,6 +25,9 @@ describe("result queries", function()
     assert.equal(0, rc)
     assert.truthy(out:match("run 1  finished"))
     assert.truthy(out:match("reference"))
+    -- What was asked (args, context) and how each row was timed.
+    assert.truthy(out:find("  args [", 1, true), out)
+    assert.truthy(out:find(" mode ", 1, true) and out:find(" hot ", 1, true), out)
     assert.equal(2, (H.vsalab("show --db " .. db .. " 42")))
   end)
 

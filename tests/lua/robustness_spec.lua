@@ -188,8 +188,52 @@ describe("resume and point timeout", function()
     rows.columns = nil
     assert.same({{kernel = "invert", n = 3, points = 3}, {kernel = "reference", n = 3, points = 3}}, rows)
     d:close()
-    assert.equal(1, (H.vsalab("run --db " .. db .. " --resume 7 " .. dir .. "/three.lua")))
+    assert.equal(2, (H.vsalab("run --db " .. db .. " --resume 7 " .. dir .. "/three.lua")))
     assert.equal(2, (H.vsalab("run --resume x " .. dir .. "/three.lua")))
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("--resume takes the run's seed and timing and refuses other settings", function()
+    local dir = H.tmpdir()
+    -- Logs the run seed it was given; fails on the second density unless told.
+    H.write(dir .. "/seeds.lua", [[
+      local exp = require "vsalab.experiment"
+      local sweep = require "vsalab.sweep"
+      local sw = sweep.new{axes = {{"density", {0.5, 1.0}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}}
+      local configs = {}
+      for _, p in ipairs(sw:points()) do
+        if p.density == 1.0 and os.getenv("VSALAB_TEST_FAIL") then p.H = "x" end
+        configs[#configs + 1] = p
+      end
+      exp.run{name = "seeds", device = "cpu", configs = configs, seed = vsalab.context.seed}
+      print("timing=" .. tostring(vsalab.context.timing))
+    ]])
+    local db = dir .. "/r.db"
+    local base = H.exe .. " run --db " .. db .. " "
+    assert.equal(1, (H.sh("VSALAB_TEST_FAIL=1 " .. base .. "--seed 7 --timing cold " .. dir .. "/seeds.lua a=1")))
+    local rc, out, err = H.sh(base .. "--resume 1 " .. dir .. "/seeds.lua a=1")
+    assert(rc == 0, err)
+    assert.truthy(out:find("timing=cold", 1, true), out)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT extra FROM result WHERE kernel = 'reference' ORDER BY id")
+    d:close()
+    assert.equal(2, #rows)
+    -- Each point's seed derives from the run seed: rebuilt from 7, the new
+    -- point's seed is what a fresh --seed 7 run gives it.
+    local rc2, out2 = H.sh(H.exe .. " run --db " .. dir .. "/fresh.db --seed 7 " .. dir .. "/seeds.lua a=1")
+    assert.equal(0, rc2, out2)
+    local f = vsalab.db_open(dir .. "/fresh.db", {readonly = true})
+    local fresh = f:q("SELECT extra FROM result WHERE kernel = 'reference' ORDER BY id")
+    f:close()
+    assert.equal(fresh[2].extra, rows[2].extra)
+    for _, bad in ipairs{"--seed 8 --resume 1 " .. dir .. "/seeds.lua a=1",
+                         "--timing hot --resume 1 " .. dir .. "/seeds.lua a=1",
+                         "--resume 1 " .. dir .. "/seeds.lua a=2",
+                         "--resume 1 " .. dir .. "/seeds.lua"} do
+      local rc3, _, err3 = H.sh(base .. bad)
+      assert.equal(2, rc3, bad)
+      assert.truthy(err3:find("--resume: run 1", 1, true), err3)
+    end
     os.execute("rm -rf " .. dir)
   end)
 

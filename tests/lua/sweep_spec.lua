@@ -65,5 +65,11 @@ describe("sweep", function()
     assert.truthy(H.err(function() make():override{"-a", "H"} end):match("expected name=values"))
     assert.truthy(H.err(function() make():override{"-a", "H=[1:x]"} end):match("bad range"))
     assert.truthy(H.err(function() make():override{"-a"} end):match("needs name=values"))
+    for _, bad in ipairs{"H=[4", "H=4]", "H=[4,]8"} do
+      assert.truthy(H.err(function() make():override{"-a", bad} end):match("unbalanced brackets"), bad)
+    end
+    for _, bad in ipairs{"H=abc", "H=[4,x]"} do
+      assert.truthy(H.err(function() make():override{"-a", bad} end):match("axis 'H' takes numbers"), bad)
+    end
   end)
 end)
