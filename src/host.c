@@ -359,13 +359,31 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
   return finish_run(L, "finished", NULL) == 0 ? 0 : 1;
 }
 
+/* The message of the last error vsa_host_run_module printed. */
+static char last_error[1024] = "";
+
+const char *
+vsa_host_last_error(void)
+{
+  return last_error[0] ? last_error : "failed";
+}
+
+static void
+print_module_error(lua_State *L)
+{
+  const char *msg = lua_tostring(L, -1);
+  if (!msg) msg = "(error object is not a string)";
+  fprintf(stderr, "vsalab: %s\n", msg);
+  snprintf(last_error, sizeof last_error, "%s", msg);
+}
+
 int
 vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv)
 {
   lua_getglobal(L, "require");
   lua_pushstring(L, module);
   if (vsa_host_docall(L, 1, 1) != 0) {
-    fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
+    print_module_error(L);
     return 1;
   }
   lua_getfield(L, -1, "main");
@@ -375,7 +393,7 @@ vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv)
     lua_rawseti(L, -2, i + 1);
   }
   if (vsa_host_docall(L, 1, 1) != 0) {
-    fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
+    print_module_error(L);
     return 1;
   }
   int rc = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;

@@ -56,4 +56,8 @@ int vsa_repl(lua_State *L);
 /* Close the run row (if one was begun) with status and error text. */
 int vsa_host_finish(lua_State *L, const char *status, const char *err);
 
+/* The message of the last error vsa_host_run_module printed ("failed" if
+ * none), for the run row of a command that fails. */
+const char *vsa_host_last_error(void);
+
 #endif

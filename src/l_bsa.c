@@ -282,6 +282,9 @@ qkv_arg(lua_State *L, int idx, const char *name, attn_dims *d, int is_q,
     if (d->device != VSA_CPU && d->D != 64 && d->D != 128)
       vsa_lua_errorf(L, "%s: head dim %lld is not supported on the GPU (64 or 128)",
                  name, (long long)d->D);
+    if (d->B < 1 || d->H < 1)
+      vsa_lua_errorf(L, "%s: batch %lld and heads %lld must be >= 1", name, (long long)d->B,
+                     (long long)d->H);
     if (d->B * d->H > 65535)
       vsa_lua_errorf(L, "%s: B*H = %lld exceeds 65535", name, (long long)(d->B * d->H));
     return t;

@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -120,11 +121,18 @@ set_field(lua_State *L, int idx, int arg, const field *f, char *base,
 {
   int t = lua_type(L, idx);
   switch (f->type) {
-  case F_TEXT:
+  case F_TEXT: {
     if (t != LUA_TSTRING)
       field_error(L, arg, prefix, f->name, "must be a string");
-    *(const char **)(base + f->off) = lua_tostring(L, idx);
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (strlen(s) != len) /* SQLite would keep only the text before the NUL */
+      field_error(L, arg, prefix, f->name, "must not contain a NUL byte");
+    if (strcmp(f->name, "mode") == 0 && strcmp(s, "hot") && strcmp(s, "cold") && strcmp(s, "graph"))
+      field_error(L, arg, prefix, f->name, "must be 'hot', 'cold' or 'graph'");
+    *(const char **)(base + f->off) = s;
     break;
+  }
   case F_INT:
     if (t != LUA_TNUMBER ||
         !to_int64(lua_tonumber(L, idx), (int64_t *)(base + f->off)))
@@ -598,6 +606,19 @@ static const luaL_Reg db_meta[] = {
   {NULL, NULL},
 };
 
+/* vsalab.same_file(a, b) -> whether paths a and b name one existing file
+ * (same device and inode: links and relative paths included). Used to keep
+ * a report from being written over the results DB. */
+static int
+l_same_file(lua_State *L)
+{
+  const char *a = luaL_checkstring(L, 1), *b = luaL_checkstring(L, 2);
+  struct stat sa, sb;
+  lua_pushboolean(L, stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+                         sa.st_ino == sb.st_ino);
+  return 1;
+}
+
 void
 vsa_lua_open_db(lua_State *L)
 {
@@ -615,4 +636,6 @@ vsa_lua_open_db(lua_State *L)
 
   lua_pushcfunction(L, l_db_open);
   lua_setfield(L, -2, "db_open");
+  lua_pushcfunction(L, l_same_file);
+  lua_setfield(L, -2, "same_file");
 }

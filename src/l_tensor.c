@@ -497,6 +497,8 @@ l_fill_randn(lua_State *L)
 {
   vsa_tensor *t = vsa_lua_checktensor(L, 1);
   luaL_checktype(L, 2, LUA_TTABLE);
+  static const char *const keys[] = {"seed", "mean", "std", "offset", NULL};
+  vsa_arg_check_keys(L, 2, "fill_randn", keys);
   lua_Number seed, mean, std, offset;
   if (!opt_int_field(L, 2, "seed", 0, &seed))
     luaL_argerror(L, 2, "field 'seed' is required");
@@ -508,6 +510,10 @@ l_fill_randn(lua_State *L)
     return vsa_lua_errorf(L, "fill_randn: field 'seed' must be an integer in [0, 2^53)");
   if (!(offset >= 0 && offset == floor(offset) && offset < 9007199254740992.0))
     return vsa_lua_errorf(L, "fill_randn: field 'offset' must be an integer in [0, 2^53)");
+  if (!(std >= 0 && std < HUGE_VAL))
+    return vsa_lua_errorf(L, "fill_randn: field 'std' must be a finite number >= 0");
+  if (!(mean > -HUGE_VAL && mean < HUGE_VAL))
+    return vsa_lua_errorf(L, "fill_randn: field 'mean' must be a finite number");
   int rc = vsa_tensor_randn(t, (uint64_t)seed, (uint64_t)offset, mean, std);
   if (rc != 0 && vsa_last_error_is_oom()) {
     vsa_reclaim_device_memory(L); /* its f32 staging buffer did not fit */
@@ -579,7 +585,9 @@ l_transpose(lua_State *L)
   return 1;
 }
 
-/* t:expand(shape) -> view broadcasting size-1 dimensions (stride 0). */
+/* t:expand(shape) -> view broadcasting size-1 dimensions (stride 0), of
+ * at most 2^36 elements (the most a bf16 tensor on a 141 GB GPU holds): a
+ * larger view would only make every op on it run for hours. */
 static int
 l_expand(lua_State *L)
 {
@@ -587,9 +595,13 @@ l_expand(lua_State *L)
   int64_t shape[VSA_MAX_DIMS];
   int n = parse_shape(L, 2, shape);
   luaL_argcheck(L, n == t->ndim, 2, "expand keeps the rank");
-  for (int d = 0; d < n; d++)
+  double numel = 1;
+  for (int d = 0; d < n; d++) {
     luaL_argcheck(L, shape[d] == t->shape[d] || t->shape[d] == 1, 2,
                   "only size-1 dimensions can be expanded");
+    numel *= (double)shape[d];
+  }
+  luaL_argcheck(L, numel <= 68719476736.0, 2, "expand: the view would have more than 2^36 elements");
   vsa_tensor *o = push_empty(L);
   vsa_tensor_share(o, t);
   for (int d = 0; d < n; d++)

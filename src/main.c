@@ -116,6 +116,10 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi)
                 VSA_MAX_CONTEXT, val);
         return 2;
       }
+      if (strncmp(val, "timing=", 7) == 0) { /* the run's context records --timing there */
+        fprintf(stderr, "vsalab: --context key 'timing' is reserved for --timing\n");
+        return 2;
+      }
       o.context[o.ncontext++] = val;
     } else if (strcmp(opt, "--db") == 0) {
       if (!*val) {
@@ -222,7 +226,10 @@ cmd_lua(const lua_command *c, int argc, char **argv)
   if (!L) return 1;
   int skip = c->with_name ? 1 : 2;
   int rc = vsa_host_run_module(L, c->module, argc - skip, argv + skip);
-  if (c->logs && rc == 0) vsa_host_finish(L, "finished", NULL);
+  /* A run the command began is closed whatever happened (a no-op if none). */
+  if (c->logs)
+    vsa_host_finish(L, rc == 0 ? "finished" : vsa_host_interrupted() ? "interrupted" : "failed",
+                    rc == 0 ? NULL : vsa_host_last_error());
   lua_close(L);
   return rc;
 }

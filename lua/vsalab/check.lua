@@ -19,9 +19,7 @@ function M.check_outputs(outs, refs, opts)
     error("check_outputs: expected tables of outputs and references", 2)
   end
   opts = opts or {}
-  if opts.tol ~= nil and type(opts.tol) ~= "number" then
-    error("check_outputs: field 'tol' must be a number", 2)
-  end
+  M.check_tols("check_outputs", opts)
   local names = opts.names
   if not names then -- the outputs present in outs, in the usual order
     names = {}
@@ -29,10 +27,11 @@ function M.check_outputs(outs, refs, opts)
       if outs[n] then names[#names + 1] = n end
     end
   end
+  if #names == 0 then error("check_outputs: nothing to check (no dq, dk, dv, o or lse in outs)", 2) end
   local res = {passed = true, errors = {}}
   for _, name in ipairs(names) do
     local x, r = outs[name], refs[name]
-    assert(x and r, "check_outputs: missing output " .. name)
+    if not (x and r) then error("check_outputs: missing output '" .. tostring(name) .. "'", 2) end
     local c = core.compare(x, r)
     local tol = (opts.tols and opts.tols[name]) or opts.tol or 1e-2
     c.passed = c.nonfinite == 0 and c.rel_l2 == c.rel_l2 and c.rel_l2 < tol
@@ -41,6 +40,20 @@ function M.check_outputs(outs, refs, opts)
     if not c.passed then res.passed = false end
   end
   return res
+end
+
+-- Validate opts.tol (a number) and opts.tols (a table of numbers) for fn.
+function M.check_tols(fn, opts)
+  local function num(v) return type(v) == "number" and v == v end
+  if opts.tol ~= nil and not num(opts.tol) then
+    error(fn .. ": field 'tol' must be a number", 3)
+  end
+  if opts.tols ~= nil then
+    if type(opts.tols) ~= "table" then error(fn .. ": field 'tols' must be a table of numbers", 3) end
+    for k, v in pairs(opts.tols) do
+      if not num(v) then error(fn .. ": field 'tols." .. tostring(k) .. "' must be a number", 3) end
+    end
+  end
 end
 
 -- Pool several compare() results (disjoint pieces of one tensor) into one.
@@ -82,12 +95,37 @@ end
 -- 0-based ids, or counts sampled by sample_ids; default all blocks);
 -- opts.heads samples that many slices when opts.bh is not given. Errors
 -- are pooled over the checked rows, with the check_outputs verdicts.
+-- A check that would look at nothing is an error, never a pass: counts are
+-- integers >= 1, lists are non-empty lists of ids in range.
 function M.spot_check(p, outs, opts)
   local problem = require "vsalab.problem"
   opts = opts or {}
+  M.check_tols("spot_check", opts)
+  for _, name in ipairs{"dq", "dk", "dv"} do
+    if type(outs) ~= "table" or outs[name] == nil then
+      error("spot_check: outs must hold dq, dk and dv (missing '" .. name .. "')", 2)
+    end
+  end
+  local function count(v, what)
+    if v ~= nil and not (type(v) == "number" and v >= 1 and v == math.floor(v) and v < math.huge) then
+      error("spot_check: field '" .. what .. "' must be an integer >= 1 or a list of ids, got " .. tostring(v), 3)
+    end
+  end
+  local function list(v, n, what)
+    if #v == 0 then error("spot_check: field '" .. what .. "' is an empty list (nothing would be checked)", 3) end
+    for _, i in ipairs(v) do
+      if not (type(i) == "number" and i == math.floor(i) and i >= 0 and i < n) then
+        error(string.format("spot_check: field '%s' holds %s, expected ids in [0, %d)", what, tostring(i), n), 3)
+      end
+    end
+  end
   local nbh = p.B * p.H
   -- bh: a list of (b, h) slices; else opts.heads of them sampled (default 2:
   -- the first and the last).
+  if type(opts.bh) == "table" then list(opts.bh, nbh, "bh") elseif opts.bh ~= nil then
+    error("spot_check: field 'bh' must be a list of 0-based b*H+h ids", 2)
+  end
+  count(opts.heads, "heads")
   local bhs = opts.bh or M.sample_ids(nbh, opts.heads or 2, (p.seed or 1) * 31 + 3)
   local function ids(v, n, salt)
     if type(v) == "table" then return v end
@@ -97,6 +135,9 @@ function M.spot_check(p, outs, opts)
       return all
     end
     return M.sample_ids(n, v, (p.seed or 1) * 7919 + salt)
+  end
+  for what, n in pairs{q_blocks = p.nq, kv_blocks = p.nkv} do
+    if type(opts[what]) == "table" then list(opts[what], n, what) else count(opts[what], what) end
   end
   local qb, kb = ids(opts.q_blocks, p.nq, 1), ids(opts.kv_blocks, p.nkv, 2)
   local parts = {dq = {}, dk = {}, dv = {}}

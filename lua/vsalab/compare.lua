@@ -60,11 +60,13 @@ function M.resolve(db, ref)
   if ref == "latest" then ref = "latest~0" end
   local back = ref:match("^latest~(%d+)$")
   if back then
+    if #back > 15 then error("no run '" .. ref .. "' in this DB", 0) end
     local r = db:q("SELECT id FROM run ORDER BY id DESC LIMIT 1 OFFSET ?", tonumber(back))
     if #r == 0 then error("no run '" .. ref .. "' in this DB", 0) end
     return r[1].id
   end
   if ref:match("^%d+$") then
+    if #ref > 15 then error("no run with id " .. ref, 0) end
     local r = db:q("SELECT id FROM run WHERE id = ?", tonumber(ref))
     if #r == 0 then error("no run with id " .. ref, 0) end
     return r[1].id

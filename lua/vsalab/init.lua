@@ -30,11 +30,23 @@ M.backends = require "vsalab.backends"
 -- backward_supported(name, q [, k]) -> ok, why: can backward `name`
 -- ('reference', 'sm90a', 'sm100a') take these tensors on their device?
 -- Decided from shapes, dtypes and the device, never tensor contents.
+-- The device of tensor t (argument `what` of fn), raising a named error for
+-- a non-tensor or a freed one.
+local function device_of(fn, what, t)
+  if not core.is_tensor(t) then error(fn .. ": " .. what .. " must be a tensor, got " .. type(t), 3) end
+  local ok, dev = pcall(function() return t.device end)
+  if not ok then error(fn .. ": " .. what .. ": " .. tostring(dev):gsub("^[^:]*%.lua:%d+: ", ""), 3) end
+  return dev
+end
+
 function M.backward_supported(name, q, k)
-  if not core.is_tensor(q) then error("backward_supported: q must be a tensor", 2) end
-  local device = q.device == "cpu" and "cpu" or "cuda"
+  local qdev = device_of("backward_supported", "q", q)
+  local device = qdev == "cpu" and "cpu" or "cuda"
   if q.dtype ~= "bf16" or q.ndim ~= 4 then return false, "q must be a bf16 [B,H,S,D] tensor" end
-  if k and k.device ~= q.device then return false, "k is on " .. k.device .. ", q on " .. q.device end
+  if k ~= nil then
+    local kdev = device_of("backward_supported", "k", k)
+    if kdev ~= qdev then return false, "k is on " .. kdev .. ", q on " .. qdev end
+  end
   return M.backends.supported(name, device, {D = q.shape[4]})
 end
 
@@ -43,8 +55,7 @@ end
 -- 9.0, sm100a on 10.0 once written) when it takes these shapes, the
 -- reference otherwise; `name` says which one ran.
 function M.backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
-  if not core.is_tensor(q) then error("backward: q must be a tensor", 2) end
-  local device = q.device == "cpu" and "cpu" or "cuda"
+  local device = device_of("backward", "q", q) == "cpu" and "cpu" or "cuda"
   local b = M.backends.pick(device, {D = q.shape[4]})
   local fn = b.name == "reference" and core.backward_ref or core["backward_" .. b.name]
   local dq, dk, dv = fn(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)

@@ -88,8 +88,9 @@ local options = {
     return nil, "must be table, csv, json or markdown"
   end},
   ["--limit"] = {key = "limit", check = function(v)
-    if tonumber(v) and tonumber(v) >= 1 then return v end
-    return nil, "expects a positive integer"
+    local n = tonumber(v)
+    if n and n >= 1 and n == math.floor(n) and n <= 2^53 then return n end
+    return nil, "expects a positive integer, got '" .. v .. "'"
   end},
 }
 

@@ -56,9 +56,16 @@ function M.main(argv)
   io.stderr:write(string.format("rerun of row %d: %s %s on %s, run seed %s, point %s, timing %s\n",
     row_id, r.experiment, r.kernel, device, tostring(r.run_seed), tostring(r.point_hash),
     tostring(ctx.timing or "hot")))
-  exp.run{name = r.experiment, device = device, configs = {extra.point},
+  local rows = exp.run{name = r.experiment, device = device, configs = {extra.point},
     seed = r.run_seed, only_kernel = r.kernel, gemm = false,
     check = extra.q_blocks and {q_blocks = extra.q_blocks, kv_blocks = extra.kv_blocks} or "full"}
+  local measured = false
+  for _, row in ipairs(rows) do measured = measured or (row.kernel == r.kernel and row.ms_median ~= nil) end
+  if not measured then
+    -- The host closes the run as failed with this message.
+    error(string.format("rerun of row %d: kernel '%s' did not run here (not available on %s, or the point was skipped)",
+      row_id, tostring(r.kernel), device), 0)
+  end
   return 0
 end
 

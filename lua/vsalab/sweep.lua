@@ -28,18 +28,36 @@ local M = {}
 local Sweep = {}
 Sweep.__index = Sweep
 
+-- The most values one axis may take (a typo like [0:1e7:1e-9] must fail,
+-- not fill the memory).
+M.max_values = 100000
+
+local function finite(x) return type(x) == "number" and x == x and x > -math.huge and x < math.huge end
+
 function M.range(start, stop, step)
   step = step or 1
-  assert(step > 0, "range: step must be positive")
+  if not (finite(start) and finite(stop) and finite(step)) then
+    error(string.format("range: bounds and step must be finite numbers, got [%s:%s:%s]",
+      tostring(start), tostring(stop), tostring(step)), 0)
+  end
+  if not (step > 0) then error("range: step must be positive", 0) end
   local t = {}
   -- Rounded to 12 significant digits, so 0.1 steps give 1.0, not
   -- 0.9999999999999998 (a point's hash depends on the exact value).
   local n = math.floor((stop - start) / step + 1e-9)
+  if n + 1 > M.max_values then
+    error(string.format("range: [%s:%s:%s] has %.0f values, more than %d", tostring(start),
+      tostring(stop), tostring(step), n + 1, M.max_values), 0)
+  end
   for i = 0, n do t[#t + 1] = tonumber(string.format("%.12g", start + i * step)) end
   return t
 end
 
 function M.pow2(lo, hi)
+  if not (finite(lo) and finite(hi) and hi - lo < M.max_values) then
+    error(string.format("pow2: exponents must be finite with at most %d values, got %s..%s",
+      M.max_values, tostring(lo), tostring(hi)), 0)
+  end
   local t = {}
   for e = lo, hi do t[#t + 1] = 2 ^ e end
   return t
@@ -107,7 +125,9 @@ local function parse_values(text, pow2)
       if not (start and stop and step and step > 0) then
         error("sweep: bad range '" .. text .. "'", 0)
       end
-      vals = M.range(start, stop, step)
+      local ok, r = pcall(M.range, start, stop, step)
+      if not ok then error("sweep: bad range '" .. text .. "': " .. tostring(r), 0) end
+      vals = r
     else
       for x in inner:gmatch("[^,]+") do vals[#vals + 1] = tonumber(x) or x end
     end
@@ -116,6 +136,7 @@ local function parse_values(text, pow2)
   if pow2 then
     for i, v in ipairs(vals) do
       if type(v) ~= "number" then error("sweep: pow2 needs numbers, got '" .. tostring(v) .. "'", 0) end
+      if not (v >= -1074 and v <= 1023) then error("sweep: pow2 exponent " .. tostring(v) .. " out of range", 0) end
       vals[i] = 2 ^ v
     end
   end
@@ -215,7 +236,7 @@ function Sweep:describe(seconds_per_point)
       if seconds_per_point then est = est + seconds_per_point(p) end
     end
   end
-  local s = string.format("%d points to run, %d skipped", run, skipped)
+  local s = string.format("%d point%s to run, %d skipped", run, run == 1 and "" or "s", skipped)
   if seconds_per_point then s = s .. string.format(", about %.0f s", est) end
   return s, pts
 end

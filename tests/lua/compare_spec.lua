@@ -161,6 +161,21 @@ describe("vsalab rerun", function()
     assert.equal("finished", d:q("SELECT status FROM run WHERE id = 2")[1].status)
     d:close()
     assert.equal(2, (H.vsalab("rerun --db " .. db .. " 9999")))
+    -- A rerun that fails closes its run as failed, with the error.
+    local w = vsalab.db_open(db)
+    w:q("UPDATE result SET extra = json_set(extra, '$.point.B', 0) WHERE id = ?", row.id)
+    local other = w:q("SELECT id FROM result WHERE run_id = 1 AND kernel = 'reference' AND id != ? LIMIT 1", row.id)[1].id
+    w:q("UPDATE result SET kernel = 'nope' WHERE id = ?", other)
+    w:close()
+    for _, id in ipairs{row.id, other} do
+      local rc5, _, err5 = H.vsalab("rerun --db " .. db .. " " .. id)
+      assert.equal(1, rc5, err5)
+      d = vsalab.db_open(db, {readonly = true})
+      local last = d:q("SELECT status, error FROM run ORDER BY id DESC LIMIT 1")[1]
+      d:close()
+      assert.equal("failed", last.status)
+      assert.truthy(last.error and #last.error > 0)
+    end
     os.execute("rm -rf " .. dir)
   end)
 end)

@@ -29,6 +29,12 @@ describe("result queries", function()
     assert.truthy(out:find("  args [", 1, true), out)
     assert.truthy(out:find(" mode ", 1, true) and out:find(" hot ", 1, true), out)
     assert.equal(2, (H.vsalab("show --db " .. db .. " 42")))
+    for _, bad in ipairs{"show latest~99999999999999999999", "show 123456789012345678901",
+                         "runs --limit 1.5", "runs --limit inf"} do
+      local rc2, _, err = H.vsalab(bad .. " --db " .. db)
+      assert.equal(2, rc2, bad)
+      assert.falsy(err:find("datatype mismatch", 1, true), err)
+    end
   end)
 
   it("runs any read-only SQL with bound values", function()

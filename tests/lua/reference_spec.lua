@@ -54,6 +54,17 @@ describe("reference on the CPU", function()
     bad:narrow(3, 1, 1):fill(3)
     local res2 = vsalab.check.spot_check(p, {dq = dq, dk = bad, dv = dv}, {kv_blocks = {0}, q_blocks = {0}})
     assert.is_false(res2.passed)
+    -- A check that would look at nothing is an error, never a pass (NaN
+    -- outputs included).
+    local nan = {dq = dq:clone():fill(0 / 0), dk = dk:clone():fill(0 / 0), dv = dv:clone():fill(0 / 0)}
+    for _, o in ipairs{{heads = 0}, {bh = {}}, {heads = 0 / 0}, {q_blocks = 0, kv_blocks = 0},
+                       {q_blocks = -3}, {kv_blocks = 1.5}, {bh = {99}}, {tol = "x"}, {tols = 5}} do
+      local e = H.err(vsalab.check.spot_check, p, nan, o)
+      assert.truthy(e:find("spot_check: field", 1, true), e)
+    end
+    assert.truthy(H.err(vsalab.check.spot_check, p, {dq = dq}, {}):find("missing 'dk'", 1, true))
+    assert.truthy(H.err(vsalab.check_outputs, {}, {}):find("nothing to check", 1, true))
+    assert.truthy(H.err(vsalab.check_outputs, {dq = dq}, {}):find("missing output 'dq'", 1, true))
   end)
 
   it("rejects bad arguments by name", function()
@@ -240,5 +251,11 @@ describe("vsalab.backward", function()
     assert.is_false(ok)
     assert.truthy(why:match("CUDA"))
     assert.is_false((vsalab.backward_supported("sm100a", p.q)))
+    -- Bad arguments are named.
+    assert.truthy(H.err(vsalab.backward_supported, "reference", p.q, 5):find("k must be a tensor", 1, true))
+    local gone = p.q:clone()
+    gone:free()
+    assert.truthy(H.err(vsalab.backward_supported, "reference", gone):find("q: tensor was freed", 1, true))
+    assert.truthy(H.err(vsalab.backward, p.dO, gone):find("backward: q: tensor was freed", 1, true))
   end)
 end)

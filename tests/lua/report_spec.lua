@@ -23,6 +23,18 @@ describe("vsalab report", function()
     assert.equal(2, (H.vsalab("report --db " .. db .. " 99")))
   end)
 
+  it("never writes the report over a database", function()
+    os.execute("cp " .. db .. " " .. dir .. "/copy.db && ln -sf " .. db .. " " .. dir .. "/link.html")
+    for _, target in ipairs{db, dir .. "/link.html", dir .. "/copy.db"} do
+      local rc, _, err = H.vsalab("report --db " .. db .. " -o " .. target)
+      assert.equal(2, rc, target)
+      assert.truthy(err:find("not overwritten", 1, true), err)
+    end
+    local rc, out = H.vsalab("runs --db " .. db)
+    assert.equal(0, rc)
+    assert.truthy(out:match("finished"), out)
+  end)
+
   it("renders in headless Chromium to a picture that is not blank", function()
     local chromium = os.execute("command -v chromium >/dev/null 2>&1") == 0
     assert(chromium, "chromium is not installed (scripts/setup.sh installs it)")

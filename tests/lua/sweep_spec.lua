@@ -68,6 +68,11 @@ describe("sweep", function()
     for _, bad in ipairs{"H=[4", "H=4]", "H=[4,]8"} do
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("unbalanced brackets"), bad)
     end
+    for _, bad in ipairs{"density=[0:inf]", "density=[-inf:0]", "density=[0:1e7:1e-9]",
+                         "density=[nan:1]", "H[pow2]=[0:1e9]", "H[pow2]=[2000,3]"} do
+      assert.truthy(H.err(function() make():override{"-a", bad} end):match("bad range") or
+        H.err(function() make():override{"-a", bad} end):match("pow2"), bad)
+    end
     for _, bad in ipairs{"H=abc", "H=[4,x]"} do
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("axis 'H' takes numbers"), bad)
     end

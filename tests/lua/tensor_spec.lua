@@ -37,6 +37,8 @@ describe("tensor", function()
     assert.same({{1, 4}, {2, 5}, {3, 6}}, tr:contiguous():to_table())
     assert.same({1, 2, 3, 4, 5, 6}, t:reshape{6}:to_table())
     assert.same({{1, 1}, {1, 1}}, vsalab.full({1, 1}, 1):expand{2, 2}:to_table())
+    -- A stride-0 view too large to walk in reasonable time is refused.
+    assert.truthy(H.err(function() return vsalab.zeros({1}):expand{2 ^ 40} end):find("more than 2^36", 1, true))
     -- Writes through a view reach the storage.
     t:narrow(1, 2, 1):fill(0)
     assert.same({{1, 2, 3}, {0, 0, 0}}, t:to_table())
@@ -61,6 +63,11 @@ describe("tensor", function()
     for _, x in ipairs(v) do sum, sq = sum + x, sq + x * x end
     assert.is_true(math.abs(sum / 1000) < 0.15)
     assert.is_true(math.abs(sq / 1000 - 1) < 0.2)
+    -- Unknown or non-finite options are refused by name.
+    for _, o in ipairs{{seed = s, bogus = 1}, {seed = s, std = -1}, {seed = s, std = 0 / 0},
+                       {seed = s, mean = 1 / 0}} do
+      assert.truthy(H.err(a.fill_randn, a, o):match("^fill_randn: "))
+    end
     -- bf16 and odd counts work too, std and mean honoured.
     local d = vsalab.empty({3, 7}, {dtype = "bf16"}):fill_randn{seed = s, mean = 10, std = 0.01}
     for _, row in ipairs(d:to_table()) do
