@@ -458,6 +458,13 @@ l_db_q(lua_State *L)
          (*tail == ' ' || *tail == '\t' || *tail == '\n' || *tail == '\r' ||
           *tail == ';'))
     tail++;
+  if (tail && tail < sql + len) { /* only comments after it are fine */
+    sqlite3_stmt *rest = NULL;
+    if (sqlite3_prepare_v2(h, tail, (int)(sql + len - tail), &rest, NULL) == SQLITE_OK &&
+        !rest)
+      tail = NULL;
+    sqlite3_finalize(rest);
+  }
   if (tail && tail < sql + len) {
     sqlite3_finalize(*g);
     *g = NULL;

@@ -133,6 +133,11 @@ local function parse_values(text, pow2)
     end
   end
   if #vals == 0 then error("sweep: no values in '" .. text .. "'", 0) end
+  local seen = {}
+  for _, v in ipairs(vals) do -- the same point twice would be measured twice
+    if seen[v] then error("sweep: value " .. tostring(v) .. " listed twice in '" .. text .. "'", 0) end
+    seen[v] = true
+  end
   if pow2 then
     for i, v in ipairs(vals) do
       if type(v) ~= "number" then error("sweep: pow2 needs numbers, got '" .. tostring(v) .. "'", 0) end

@@ -73,6 +73,7 @@ describe("sweep", function()
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("bad range") or
         H.err(function() make():override{"-a", bad} end):match("pow2"), bad)
     end
+    assert.truthy(H.err(function() make():override{"-a", "density=[0.5,0.5]"} end):match("listed twice"))
     for _, bad in ipairs{"H=abc", "H=[4,x]"} do
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("axis 'H' takes numbers"), bad)
     end
