@@ -328,8 +328,11 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
       lua_remove(L, -2);
       rc = vsa_host_docall(L, 0, 0);
     }
-    if (rc != 0) {
-      fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
+    if (rc != 0) { /* a usage error: the message, without the traceback */
+      const char *msg = lua_tostring(L, -1);
+      const char *tb = msg ? strstr(msg, "\nstack traceback:") : NULL;
+      fprintf(stderr, "vsalab: %.*s\n", tb ? (int)(tb - msg) : (int)strlen(msg ? msg : ""),
+              msg ? msg : "");
       lua_pop(L, 1);
       return 2;
     }

@@ -212,23 +212,20 @@ function M.main(argv)
   end
   local html = M.render(db, ids)
   db:close()
-  -- Never write the report over a database (the results DB itself, its
-  -- -wal/-shm files, or any SQLite file): measured results are not lost.
-  local function sqlite_file(path)
-    local h = io.open(path, "rb")
-    if not h then return false end
-    local head = h:read(16)
-    h:close()
-    return head == "SQLite format 3\0"
-  end
+  -- Never write the report over a database, a WAL or a journal: an
+  -- existing file is replaced only when it is empty or an earlier HTML
+  -- report (the results DB is refused by inode too, whatever its name).
   for _, p in ipairs{o.db, o.db .. "-wal", o.db .. "-shm", o.db .. "-journal"} do
     if core.same_file(out, p) then
       io.stderr:write("vsalab report: -o ", out, " is the results database (", p, "); not overwritten\n")
       return 2
     end
   end
-  if sqlite_file(out) then
-    io.stderr:write("vsalab report: -o ", out, " is an SQLite database; not overwritten\n")
+  local h = io.open(out, "rb")
+  local head = h and h:read(15)
+  if h then h:close() end
+  if head and head ~= "<!DOCTYPE html>" then
+    io.stderr:write("vsalab report: -o ", out, " exists and is not an HTML report; not overwritten\n")
     return 2
   end
   local f, err = io.open(out, "w")

@@ -39,8 +39,14 @@ function M.main(argv)
   local extra = (r and r.extra) and decode(db, r.extra, "$") or {}
   db:close()
   if not r then io.stderr:write("vsalab rerun: no result row ", row_id, "\n"); return 2 end
+  if r.kernel == "config" then
+    io.stderr:write("vsalab rerun: row ", row_id, " records a skipped point (", tostring(r.note),
+      "): nothing was measured; rerun the run with --resume\n")
+    return 2
+  end
   if not extra.point then
-    io.stderr:write("vsalab rerun: row ", row_id, " has no stored point (logged before rerun support)\n")
+    io.stderr:write("vsalab rerun: row ", row_id, " has no stored point (a ", tostring(r.kernel),
+      " row, or one logged before rerun support)\n")
     return 2
   end
   local exp = require "vsalab.experiment"
@@ -59,12 +65,18 @@ function M.main(argv)
   local rows = exp.run{name = r.experiment, device = device, configs = {extra.point},
     seed = r.run_seed, only_kernel = r.kernel, gemm = false,
     check = extra.q_blocks and {q_blocks = extra.q_blocks, kv_blocks = extra.kv_blocks} or "full"}
-  local measured = false
-  for _, row in ipairs(rows) do measured = measured or (row.kernel == r.kernel and row.ms_median ~= nil) end
+  local measured
+  for _, row in ipairs(rows) do
+    if row.kernel == r.kernel and row.ms_median ~= nil then measured = row end
+  end
+  -- The host closes the run as failed with these messages (exit 1).
   if not measured then
-    -- The host closes the run as failed with this message.
     error(string.format("rerun of row %d: kernel '%s' did not run here (not available on %s, or the point was skipped)",
       row_id, tostring(r.kernel), device), 0)
+  end
+  if measured.passed == 0 or measured.passed == false then
+    error(string.format("rerun of row %d: %s failed its check this time (row %s)", row_id,
+      tostring(r.kernel), tostring(measured.id)), 0)
   end
   return 0
 end

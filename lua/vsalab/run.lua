@@ -56,14 +56,31 @@ function M.adopt_resume()
   if not ctx.resume then return end
   local path = ctx.db_path or "results.db"
   local db = core.db_open(path, {readonly = true})
-  local ok, r = pcall(db.q, db, "SELECT id, script, seed, args, context FROM run WHERE id = ?", ctx.resume)
+  local ok, r = pcall(db.q, db, "SELECT id, script, seed, args, context, status, pid, host FROM run WHERE id = ?", ctx.resume)
   db:close()
   if not ok then error(r, 0) end
   r = r[1]
   if not r then error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0) end
+  -- Still running here (its process alive): two writers would measure the
+  -- same points twice.
+  if r.status == "running" and r.host == ctx.host and r.pid and r.pid ~= ctx.pid then
+    local alive = io.open("/proc/" .. tostring(r.pid) .. "/stat")
+    if alive then
+      alive:close()
+      error(string.format("--resume: run %d is still running (pid %d)", r.id, r.pid), 0)
+    end
+  end
+  -- The same script: by file when the recorded path still names one from
+  -- here, else by name.
   local function base(p) return (p:match("([^/]+)$")) end
-  if r.script and ctx.script and base(r.script) ~= base(ctx.script) then
-    error(string.format("--resume: run %d ran %s, not %s", r.id, r.script, ctx.script), 0)
+  if r.script and ctx.script then
+    local recorded = io.open(r.script)
+    if recorded then recorded:close() end
+    local same = recorded and core.same_file(r.script, ctx.script) or
+      (not recorded and base(r.script) == base(ctx.script))
+    if not same then
+      error(string.format("--resume: run %d ran %s, not %s", r.id, r.script, ctx.script), 0)
+    end
   end
   if r.seed then
     if ctx.seed_given and ctx.seed ~= r.seed then

@@ -133,6 +133,14 @@ local function parse_values(text, pow2)
     end
   end
   if #vals == 0 then error("sweep: no values in '" .. text .. "'", 0) end
+  for _, v in ipairs(vals) do
+    if type(v) == "number" and not finite(v) then
+      error("sweep: value " .. tostring(v) .. " in '" .. text .. "' is not a finite number", 0)
+    end
+    if pow2 and type(v) == "number" and v ~= math.floor(v) then
+      error("sweep: pow2 exponent " .. tostring(v) .. " is not an integer", 0)
+    end
+  end
   local seen = {}
   for _, v in ipairs(vals) do -- the same point twice would be measured twice
     if seen[v] then error("sweep: value " .. tostring(v) .. " listed twice in '" .. text .. "'", 0) end
@@ -197,9 +205,17 @@ function Sweep:override(argv)
 end
 
 -- All points (skipped ones included, with .skipped = reason), in order.
+-- The most points one sweep may expand to.
+M.max_points = 1000000
+
 function Sweep:points()
   local out = {}
   local zrows = self.zip and self.zip.rows or {{}}
+  local total = #zrows
+  for _, ax in ipairs(self.axes) do total = total * #ax.values end
+  if total > M.max_points then
+    error(string.format("sweep: %.0f points, more than %d (narrow an axis)", total, M.max_points), 0)
+  end
   local function rec(d, pt)
     if d > #self.axes then
       for _, zr in ipairs(zrows) do

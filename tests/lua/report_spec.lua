@@ -25,7 +25,9 @@ describe("vsalab report", function()
 
   it("never writes the report over a database", function()
     os.execute("cp " .. db .. " " .. dir .. "/copy.db && ln -sf " .. db .. " " .. dir .. "/link.html")
-    for _, target in ipairs{db, dir .. "/link.html", dir .. "/copy.db"} do
+    -- Another DB's WAL (its header is not SQLite's): any non-report file.
+    H.write(dir .. "/other.db-wal", "\55\127\6\130 wal frames")
+    for _, target in ipairs{db, dir .. "/link.html", dir .. "/copy.db", dir .. "/other.db-wal"} do
       local rc, _, err = H.vsalab("report --db " .. db .. " -o " .. target)
       assert.equal(2, rc, target)
       assert.truthy(err:find("not overwritten", 1, true), err)
@@ -33,6 +35,9 @@ describe("vsalab report", function()
     local rc, out = H.vsalab("runs --db " .. db)
     assert.equal(0, rc)
     assert.truthy(out:match("finished"), out)
+    -- An earlier report is replaced.
+    assert.equal(0, (H.vsalab("report --db " .. db .. " -o " .. dir .. "/again.html")))
+    assert.equal(0, (H.vsalab("report --db " .. db .. " -o " .. dir .. "/again.html")))
   end)
 
   it("renders in headless Chromium to a picture that is not blank", function()

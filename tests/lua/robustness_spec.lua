@@ -233,7 +233,30 @@ describe("resume and point timeout", function()
       local rc3, _, err3 = H.sh(base .. bad)
       assert.equal(2, rc3, bad)
       assert.truthy(err3:find("--resume: run 1", 1, true), err3)
+      assert.falsy(err3:find("stack traceback", 1, true), err3)
     end
+    -- Another script of the same name is not the run's script.
+    os.execute("mkdir -p " .. dir .. "/other && cp " .. dir .. "/seeds.lua " .. dir .. "/other/seeds.lua")
+    local rc4, _, err4 = H.sh(base .. "--resume 1 " .. dir .. "/other/seeds.lua a=1")
+    assert.equal(2, rc4, err4)
+    assert.truthy(err4:find("ran " .. dir .. "/seeds.lua", 1, true), err4)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("--resume refuses a run that is still running", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/slow.lua", [[
+      vsalab.log{experiment = "slow", kernel = "k"}
+      local t = os.time()
+      while os.time() - t < 4 do end
+    ]])
+    local db = dir .. "/r.db"
+    os.execute(H.exe .. " run --db " .. db .. " " .. dir .. "/slow.lua >/dev/null 2>&1 &")
+    os.execute("sleep 1.5")
+    local rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/slow.lua")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("still running", 1, true), err)
+    os.execute("sleep 3")
     os.execute("rm -rf " .. dir)
   end)
 

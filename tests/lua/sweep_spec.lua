@@ -74,6 +74,14 @@ describe("sweep", function()
         H.err(function() make():override{"-a", bad} end):match("pow2"), bad)
     end
     assert.truthy(H.err(function() make():override{"-a", "density=[0.5,0.5]"} end):match("listed twice"))
+    for _, bad in ipairs{"density=nan", "density=inf", "density=[1e400]"} do
+      assert.truthy(H.err(function() make():override{"-a", bad} end):match("not a finite number"), bad)
+    end
+    assert.truthy(H.err(function() make():override{"-a", "H[pow2]=[0.5]"} end):match("not an integer"))
+    -- A product of axes too large to run fails before anything is built.
+    local big = make()
+    big:override{"-a", "H=[1:2000]", "-a", "density=[1:1000]"}
+    assert.truthy(H.err(function() return big:points() end):match("more than 1000000"))
     for _, bad in ipairs{"H=abc", "H=[4,x]"} do
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("axis 'H' takes numbers"), bad)
     end
