@@ -97,7 +97,7 @@ vsa_arg_num(lua_State *L, int idx, const char *k, double def)
 }
 
 int
-vsa_arg_bool(lua_State *L, int idx, const char *k, int def)
+vsa_arg_bool(lua_State *L, int idx, const char *fn, const char *k, int def)
 {
   lua_getfield(L, idx, k);
   int v = def;
@@ -106,7 +106,7 @@ vsa_arg_bool(lua_State *L, int idx, const char *k, int def)
   } else if (lua_type(L, -1) == LUA_TNUMBER && (lua_tonumber(L, -1) == 0 || lua_tonumber(L, -1) == 1)) {
     v = lua_tonumber(L, -1) != 0; /* sweep axes and key=value options give 0/1 */
   } else if (!lua_isnil(L, -1)) {
-    vsa_lua_errorf(L, "field '%s' must be a boolean (true or false), got %s", k,
+    vsa_lua_errorf(L, "%s: field '%s' must be a boolean (true or false, or 0/1), got %s", fn, k,
                    luaL_typename(L, -1));
   }
   lua_pop(L, 1);

@@ -24,7 +24,10 @@ vsa_tensor *vsa_arg_index(lua_State *L, int idx, const char *name, int ndim);
 int vsa_arg_int(lua_State *L, int idx, const char *k, int required, long long def,
                 long long lo, long long hi);
 double vsa_arg_num(lua_State *L, int idx, const char *k, double def);
-int vsa_arg_bool(lua_State *L, int idx, const char *k, int def);
+/* Boolean option k of the table at idx: true/false or 0/1 (sweep axes and
+ * key=value arguments give numbers); def when absent; otherwise an error
+ * "fn: field 'k' must be a boolean ...". */
+int vsa_arg_bool(lua_State *L, int idx, const char *fn, const char *k, int def);
 int vsa_arg_field_device(lua_State *L, int idx);
 vsa_tensor *vsa_arg_push_on_device(lua_State *L, int h_idx, int dev);
 void vsa_arg_raise_cuda(lua_State *L, cudaError_t e, const char *what);

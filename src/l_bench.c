@@ -303,8 +303,8 @@ l_bench_raw(lua_State *L)
   lua_setmetatable(L, -2);
   int cap = fixed ? repeats : max_samples;
   double *x = lua_newuserdata(L, sizeof(double) * (size_t)cap);
-  int hold = vsa_arg_bool(L, 2, "hold", 1);
-  (void)vsa_arg_bool(L, 2, "keep_samples", 0); /* validated here, used by bench.lua */
+  int hold = vsa_arg_bool(L, 2, "bench", "hold", 1);
+  (void)vsa_arg_bool(L, 2, "bench", "keep_samples", 0); /* validated here, used by bench.lua */
   if (use_cuda) {
     vsa_lua_require_cuda(L);
     cudaError_t e = cudaEventCreate(&ev->start);

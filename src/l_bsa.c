@@ -94,7 +94,7 @@ l_random_topk(lua_State *L)
   }
   int width = vsa_arg_int(L, 1, "width", 0, topk > 0 ? topk : 1, 1, 1 << 24);
   if (width < topk) return vsa_lua_errorf(L, "field 'width' (%d) must be >= topk (%d)", width, topk);
-  int ragged = vsa_arg_bool(L, 1, "ragged", 0);
+  int ragged = vsa_arg_bool(L, 1, "random_topk", "ragged", 0);
   lua_getfield(L, 1, "seed");
   if (lua_isnil(L, -1)) return vsa_lua_errorf(L, "field 'seed' is required");
   lua_pop(L, 1);
@@ -230,7 +230,7 @@ l_invert_indices(lua_State *L)
   int64_t sn[3] = {idx->shape[0], idx->shape[1], nkv};
   if (!lua_isnoneornil(L, 4)) {
     luaL_checktype(L, 4, LUA_TTABLE);
-    check = vsa_arg_bool(L, 4, "check", 1);
+    check = vsa_arg_bool(L, 4, "invert_indices", "check", 1);
     lua_getfield(L, 4, "out");
     if (!lua_isnil(L, -1)) {
       luaL_checktype(L, -1, LUA_TTABLE);
@@ -572,8 +572,8 @@ l_backward_ref(lua_State *L)
       out_dt = strcmp(s, "f32") == 0 ? VSA_F32 : VSA_BF16;
     }
     lua_pop(L, 1);
-    poison = vsa_arg_bool(L, 10, "poison", 1);
-    validate = vsa_arg_bool(L, 10, "validate", 1);
+    poison = vsa_arg_bool(L, 10, "backward_ref", "poison", 1);
+    validate = vsa_arg_bool(L, 10, "backward_ref", "validate", 1);
   }
   int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
   vsa_tensor *outs[3];
@@ -715,10 +715,10 @@ l_backward_sm90a(lua_State *L)
   int validate = 0, poison = 1, canonical = 1, deterministic = 0, q_chunk = 512;
   vsa_sm90a_variant variant = VSA_SM90A_WS;
   if (lua_istable(L, 10)) {
-    validate = vsa_arg_bool(L, 10, "validate", 0);
-    poison = vsa_arg_bool(L, 10, "poison", 1);
-    canonical = vsa_arg_bool(L, 10, "canonical", 1);
-    deterministic = vsa_arg_bool(L, 10, "deterministic", 0);
+    validate = vsa_arg_bool(L, 10, "backward_sm90a", "validate", 0);
+    poison = vsa_arg_bool(L, 10, "backward_sm90a", "poison", 1);
+    canonical = vsa_arg_bool(L, 10, "backward_sm90a", "canonical", 1);
+    deterministic = vsa_arg_bool(L, 10, "backward_sm90a", "deterministic", 0);
     lua_getfield(L, 10, "q_chunk");
     if (!lua_isnil(L, -1)) {
       lua_Number v = lua_tonumber(L, -1);

@@ -54,15 +54,11 @@ function M.bench(fn, opts)
   if type(fn) ~= "function" then error("bench: fn must be a function", 2) end
   local ok, samples, clock, reason = pcall(core.bench_raw, fn, opts)
   if not ok then
-    -- bench's own errors name the caller's line, not this wrapper's; an
-    -- error raised by fn passes through as it was.
-    local own = type(samples) == "string" and (samples:match("^[^\n]-bench%.lua:%d+: (.*)$")
-      or samples:match("^field '.*"))
-    if own then
-      if not own:match("^bench: ") then own = "bench: " .. own end
-      error(own, 2)
-    end
-    error(samples, 0)
+    -- bench's own errors ("bench: ...") name the caller's line; an error
+    -- raised by fn passes through as it was.
+    local own = type(samples) == "string" and
+      (samples:match("^bench: .*") or samples:match("^[^\n:]*%.lua:%d+: (bench: .*)$"))
+    error(own or samples, own and 2 or 0)
   end
   local st = M.stats(samples)
   st.clock, st.stop = clock, reason

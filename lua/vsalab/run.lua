@@ -56,7 +56,8 @@ function M.adopt_resume()
   if not ctx.resume then return end
   local path = ctx.db_path or "results.db"
   local db = core.db_open(path, {readonly = true})
-  local ok, r = pcall(db.q, db, "SELECT id, script, seed, args, context, status, pid, host FROM run WHERE id = ?", ctx.resume)
+  local ok, r = pcall(db.q, db, [[SELECT id, script, seed, args, status, pid, host,
+    json_extract(context, '$.timing') AS timing FROM run WHERE id = ?]], ctx.resume)
   db:close()
   if not ok then error(r, 0) end
   r = r[1]
@@ -72,12 +73,15 @@ function M.adopt_resume()
   end
   -- The same script: by file when the recorded path still names one from
   -- here, else by name.
-  local function base(p) return (p:match("([^/]+)$")) end
   if r.script and ctx.script then
     local recorded = io.open(r.script)
-    if recorded then recorded:close() end
-    local same = recorded and core.same_file(r.script, ctx.script) or
-      (not recorded and base(r.script) == base(ctx.script))
+    local same
+    if recorded then
+      recorded:close()
+      same = core.same_file(r.script, ctx.script)
+    else
+      same = r.script:match("[^/]+$") == ctx.script:match("[^/]+$")
+    end
     if not same then
       error(string.format("--resume: run %d ran %s, not %s", r.id, r.script, ctx.script), 0)
     end
@@ -94,12 +98,11 @@ function M.adopt_resume()
     error(string.format("--resume: run %d ran with the script arguments %s, not %s (give the same)",
       r.id, r.args, args), 0)
   end
-  local timing = r.context and r.context:match('"timing":"(%a+)"')
-  if ctx.timing and ctx.timing ~= (timing or "hot") then
+  if ctx.timing and ctx.timing ~= (r.timing or "hot") then
     error(string.format("--resume: run %d timed %s, not %s (leave --timing out to take the run's)",
-      r.id, timing or "hot (the default)", ctx.timing), 0)
+      r.id, r.timing or "hot (the default)", ctx.timing), 0)
   end
-  ctx.timing = ctx.timing or timing
+  ctx.timing = ctx.timing or r.timing
 end
 
 function M.current()

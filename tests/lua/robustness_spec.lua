@@ -155,22 +155,26 @@ describe("experiment runner", function()
 end)
 
 describe("resume and point timeout", function()
-  it("--resume continues a failed run, skipping the points it measured", function()
-    local dir = H.tmpdir()
-    H.write(dir .. "/three.lua", [[
+  -- A CPU sweep over densities whose density-1.0 point raises when
+  -- VSALAB_TEST_FAIL is set; it prints the timing mode it was given.
+  local function write_sweep(path, name, densities, run_opts)
+    H.write(path, string.format([[
       local exp = require "vsalab.experiment"
       local sweep = require "vsalab.sweep"
-      local sw = sweep.new{axes = {{"density", {0.25, 0.5, 1.0}}},
-        fixed = {B = 1, H = 1, Sq = 128, D = 16}}
+      local sw = sweep.new{axes = {{"density", %s}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}}
       local configs = {}
       for _, p in ipairs(sw:points()) do
-        if p.density == 1.0 and os.getenv("VSALAB_TEST_FAIL") then
-          p.H = "not a number" -- this point raises
-        end
+        if p.density == 1.0 and os.getenv("VSALAB_TEST_FAIL") then p.H = "x" end
         configs[#configs + 1] = p
       end
-      exp.run{name = "three", device = "cpu", configs = configs, check = "full", seed = 1}
-    ]])
+      exp.run{name = %q, device = "cpu", configs = configs, %s}
+      print("timing=" .. tostring(vsalab.context.timing))
+    ]], densities, name, run_opts))
+  end
+
+  it("--resume continues a failed run, skipping the points it measured", function()
+    local dir = H.tmpdir()
+    write_sweep(dir .. "/three.lua", "three", "{0.25, 0.5, 1.0}", 'check = "full", seed = 1')
     local db = dir .. "/r.db"
     local rc = H.sh("VSALAB_TEST_FAIL=1 " .. H.exe .. " run --db " .. db .. " " .. dir .. "/three.lua")
     assert.equal(1, rc)
@@ -195,19 +199,7 @@ describe("resume and point timeout", function()
 
   it("--resume takes the run's seed and timing and refuses other settings", function()
     local dir = H.tmpdir()
-    -- Logs the run seed it was given; fails on the second density unless told.
-    H.write(dir .. "/seeds.lua", [[
-      local exp = require "vsalab.experiment"
-      local sweep = require "vsalab.sweep"
-      local sw = sweep.new{axes = {{"density", {0.5, 1.0}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}}
-      local configs = {}
-      for _, p in ipairs(sw:points()) do
-        if p.density == 1.0 and os.getenv("VSALAB_TEST_FAIL") then p.H = "x" end
-        configs[#configs + 1] = p
-      end
-      exp.run{name = "seeds", device = "cpu", configs = configs, seed = vsalab.context.seed}
-      print("timing=" .. tostring(vsalab.context.timing))
-    ]])
+    write_sweep(dir .. "/seeds.lua", "seeds", "{0.5, 1.0}", "seed = vsalab.context.seed")
     local db = dir .. "/r.db"
     local base = H.exe .. " run --db " .. db .. " "
     assert.equal(1, (H.sh("VSALAB_TEST_FAIL=1 " .. base .. "--seed 7 --timing cold " .. dir .. "/seeds.lua a=1")))
