@@ -34,7 +34,8 @@
 #include <cuda.h>
 #include <cuda_bf16.h>
 
-#include "kernels.h"
+#include "../kernels.h"
+#include "../common/bwd_prep.h"
 #include "sm90_bwd_pair.cuh"
 #include "sm90_bwd_ws.h"
 
@@ -248,43 +249,16 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
 
 } // namespace
 
-/* A 2D tensor map over rows x 128 bf16 (256-byte rows), 64x64 boxes with
- * the 128-byte swizzle the wgmma descriptors expect. */
-static cudaError_t
-tile_map(CUtensorMap *m, const void *data, int64_t rows)
-{
-  typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static encode_fn encode;
-  if (!encode) {
-    cudaDriverEntryPointQueryResult q;
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode,
-                                                     12000, cudaEnableDefault, &q);
-    if (e != cudaSuccess) return e;
-    if (q != cudaDriverEntryPointSuccess || !encode) return cudaErrorNotSupported;
-  }
-  cuuint64_t dims[2] = {(cuuint64_t)D, (cuuint64_t)rows};
-  cuuint64_t strides[1] = {(cuuint64_t)D * 2};
-  cuuint32_t box[2] = {64, 64}, elem[2] = {1, 1};
-  CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(data), dims,
-                      strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
 cudaError_t
 sm90_ws_launch(sm90_ws_params &p, const void *q, const void *k, const void *v, const void *dO,
                int B, int64_t Sq, int64_t Skv, cudaStream_t stream)
 {
   int64_t qrows = (int64_t)B * p.H * Sq, krows = (int64_t)B * p.H * Skv;
   if (qrows >= (1ll << 31) || krows >= (1ll << 31)) return cudaErrorInvalidValue;
-  cudaError_t e = tile_map(&p.tm_q, q, qrows);
-  if (e == cudaSuccess) e = tile_map(&p.tm_do, dO, qrows);
-  if (e == cudaSuccess) e = tile_map(&p.tm_k, k, krows);
-  if (e == cudaSuccess) e = tile_map(&p.tm_v, v, krows);
+  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, q, qrows);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, dO, qrows);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, k, krows);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, v, krows);
   if (e != cudaSuccess) return e;
   static bool configured = false;
   if (!configured) {

@@ -5,7 +5,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 
-#include "kernels.h"
+#include "../kernels.h"
 
 // ----------------------------------------------------------------------------
 // element load/store as double, for every dtype

@@ -43,7 +43,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "kernels.h"
+#include "../kernels.h"
 
 #define SC_THREADS 256
 #define SC_KV_CHUNK 8192 /* 32 KB of shared words per scatter block */

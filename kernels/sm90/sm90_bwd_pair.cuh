@@ -17,7 +17,7 @@
 #pragma once
 #include <cuda_bf16.h>
 
-#include "sm90_primitives.cuh"
+#include "wgmma.cuh"
 
 namespace sm90bwd {
 
@@ -37,13 +37,6 @@ constexpr uint32_t STATS_BYTES = 2 * BLK * sizeof(float);
 constexpr uint32_t OFF_END = OFF_STATS + 2 * STATS_BYTES;
 // Named barrier of the consumer warpgroup (0 is __syncthreads).
 constexpr int BAR_CONSUMERS = 1;
-
-__device__ __forceinline__ uint32_t
-pack_bf16(float lo, float hi)
-{
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&v);
-}
 
 /* Next list position >= e whose q block id is in [lo, hi) (cnt if none). */
 __device__ __forceinline__ int

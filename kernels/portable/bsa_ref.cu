@@ -43,7 +43,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "kernels.h"
+#include "../kernels.h"
 
 // ---------------------------------------------------------------------------
 // Tile geometry and small helpers

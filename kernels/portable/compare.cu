@@ -20,7 +20,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "kernels.h"
+#include "../kernels.h"
 
 #define CMP_THREADS 256
 #define CMP_WARPS (CMP_THREADS / 32)

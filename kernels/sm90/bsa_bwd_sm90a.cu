@@ -33,7 +33,8 @@
  */
 #include <cuda_bf16.h>
 
-#include "kernels.h"
+#include "../kernels.h"
+#include "../common/bwd_prep.h"
 #include "sm90_bwd_pair.cuh"
 #include "sm90_bwd_ws.h"
 
@@ -163,112 +164,7 @@ bwd_kernel(const bwd_params p)
 #endif
 }
 
-/* Scratch the preprocess zeroes and the work order it builds. */
-struct prep_params {
-  const __nv_bfloat16 *dO, *o;
-  float *delta, *dq_accum;
-  int64_t rows;
-  int *zero_a, *zero_b; // counters: dQ order (rows / 64), chunk hand-off
-  int64_t n_a, n_b;
-  // Work order (NULL: none): group g of `group_items` (b, h, kv block)
-  // items, g < groups, sorted by k2q count, largest first, into order.
-  const int32_t *k2q_num;
-  int k2q_width, groups, group_items;
-  int32_t *order;
-};
-
-/* Block g sorts group g's items by descending k2q count (256 buckets of
- * the count, a counting sort with warp-aggregated shared-memory atomics):
- * launched in that order, the longest lists start first and the grid's
- * tail is made of short ones (greedy longest-first scheduling). */
-__device__ void
-sort_group(const prep_params &p, int g)
-{
-  __shared__ int bucket_start[256];
-  const int t = threadIdx.x, lane = t & 31;
-  const int64_t first = (int64_t)g * p.group_items;
-  for (int b = t; b < 256; b += blockDim.x) bucket_start[b] = 0;
-  __syncthreads();
-  for (int pass = 0; pass < 2; pass++) {
-    for (int x0 = 0; x0 < p.group_items; x0 += blockDim.x) {
-      const int x = x0 + t;
-      int key = 256; // past the end: no bucket
-      if (x < p.group_items) {
-        const int64_t cnt = min(max(p.k2q_num[first + x], 0), p.k2q_width);
-        const int64_t b = cnt * 256 / ((int64_t)p.k2q_width + 1); // 0..255
-        key = 255 - (int)b;
-      }
-      const unsigned peers = __match_any_sync(0xffffffffu, key);
-      const int leader = __ffs(peers) - 1;
-      int at = 0;
-      if (lane == leader && key < 256) at = atomicAdd(&bucket_start[key], __popc(peers));
-      at = __shfl_sync(peers, at, leader) + __popc(peers & ((1u << lane) - 1));
-      if (pass == 1 && key < 256) p.order[first + at] = (int32_t)(first + x);
-    }
-    __syncthreads();
-    if (pass == 0 && t == 0) { // counts -> starts, bucket 0 (longest) first
-      int run = 0;
-      for (int b = 0; b < 256; b++) {
-        int n = bucket_start[b];
-        bucket_start[b] = run;
-        run += n;
-      }
-    }
-    __syncthreads();
-  }
-}
-
-/* The preprocess, one launch: Delta[row] = Σ_d dO[row, d]·o[row, d] in
- * fp32 and the row's dQ accumulator zeroed (one warp per row), the order
- * counters zeroed, and (blocks < groups) the work order. */
-__global__ void __launch_bounds__(256)
-prep_kernel(const __grid_constant__ prep_params p)
-{
-  if (p.order && blockIdx.x < p.groups) sort_group(p, blockIdx.x);
-  const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  const int64_t nthreads = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t x = tid; x < p.n_a; x += nthreads) p.zero_a[x] = 0;
-  for (int64_t x = tid; x < p.n_b; x += nthreads) p.zero_b[x] = 0;
-  const int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
-  const int lane = threadIdx.x & 31;
-  if (row >= p.rows) return;
-  reinterpret_cast<float4 *>(p.dq_accum + row * D)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
-  const __nv_bfloat162 *a = reinterpret_cast<const __nv_bfloat162 *>(p.dO + row * D) + lane * 2;
-  const __nv_bfloat162 *c = reinterpret_cast<const __nv_bfloat162 *>(p.o + row * D) + lane * 2;
-  float s = 0.f;
-#pragma unroll
-  for (int x = 0; x < 2; x++) {
-    float2 u = __bfloat1622float2(a[x]), w = __bfloat1622float2(c[x]);
-    s = fmaf(u.x, w.x, fmaf(u.y, w.y, s));
-  }
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
-  if (lane == 0) p.delta[row] = s;
-}
-
-/* dq = bf16(accumulator · sm_scale), four elements per thread; with
- * swizzled rows (BULK), chunk c of row r sits at chunk c ^ (r & 7). */
-__global__ void
-dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, int swizzled)
-{
-  for (int64_t x = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; x < n4;
-       x += (int64_t)gridDim.x * blockDim.x) {
-    int64_t row = x >> 5; // 32 chunks of 4 floats per 128-float row
-    int c = (int)(x & 31);
-    float4 a = acc[swizzled ? (row << 5) + (c ^ (int)(row & 7)) : x];
-    dq[x] = make_uint2(pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale));
-  }
-}
-
 } // namespace
-
-/* Chunks of the q range for q_chunk blocks each (0: one chunk). */
-static int
-chunk_count(const vsa_shape *s, int q_chunk)
-{
-  int nq = s->Sq / BLK;
-  return q_chunk <= 0 || q_chunk >= nq ? 1 : (nq + q_chunk - 1) / q_chunk;
-}
 
 /* Scratch map: dQ accumulator (fp32 rows x D), Delta (rows), dQ order
  * counters (rows / 64), the work order (kv_rows / 64), then, 256-byte
@@ -288,23 +184,9 @@ bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk)
   int64_t rows = (int64_t)s->B * s->H * s->Sq;
   int64_t kv_rows = (int64_t)s->B * s->H * s->Skv;
   size_t bytes = kv_acc_offset(rows, kv_rows);
-  if (chunk_count(s, q_chunk) > 1) // dK/dV partials and their order counters
+  if (vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) > 1) // dK/dV partials and their order counters
     bytes += (size_t)kv_rows * 2 * D * sizeof(float) + (size_t)(kv_rows / BLK) * sizeof(int);
   return bytes;
-}
-
-/* Heads whose kv blocks are scheduled together (v3, one chunk): as many
- * (b, h) as keep their Q, dO and fp32 dQ rows (1 KB a row) within 32 MB of
- * L2, a divisor of B·H. Within such a group the work order is longest list
- * first; across groups it stays head by head, so the L2 holds the heads in
- * flight. q chunking already bounds the working set: one head a group. */
-static int
-heads_per_group(int64_t BH, int64_t Sq, int chunks)
-{
-  int64_t most = chunks > 1 ? 1 : (32ll << 20) / (Sq * 1024);
-  int64_t g = most < 1 ? 1 : (most > BH ? BH : most);
-  while (BH % g) g--;
-  return (int)g;
 }
 
 extern "C" cudaError_t
@@ -327,13 +209,13 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   float *delta = dq_accum + rows * D;
   int *sem = reinterpret_cast<int *>(delta + rows);
   int32_t *order = sem + rows / BLK;
-  const int chunks = variant == VSA_SM90A_WS ? chunk_count(s, q_chunk) : 1;
+  const int chunks = variant == VSA_SM90A_WS ? vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) : 1;
   float *kv_acc = reinterpret_cast<float *>(static_cast<char *>(d_scratch) + kv_acc_offset(rows, kv_rows));
   int *kv_sem = reinterpret_cast<int *>(kv_acc + kv_rows * 2 * D);
-  const int group = heads_per_group(BH, s->Sq, chunks);
-  prep_params pp;
-  pp.dO = reinterpret_cast<const __nv_bfloat16 *>(d_dO);
-  pp.o = reinterpret_cast<const __nv_bfloat16 *>(d_o);
+  const int group = vsa_bwd::heads_per_group(BH, s->Sq, chunks);
+  vsa_bwd::prep_params pp;
+  pp.dO = d_dO;
+  pp.o = d_o;
   pp.delta = delta;
   pp.dq_accum = dq_accum;
   pp.rows = rows;
@@ -347,7 +229,8 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   pp.group_items = group * nkv;
   // The deterministic order needs kv blocks to start in ascending order.
   pp.order = variant == VSA_SM90A_WS && !d_q2k_idx ? order : NULL;
-  prep_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(pp);
+  cudaError_t err = vsa_bwd::launch_prep(pp, stream);
+  if (err != cudaSuccess) return err;
   sm90_bwd_common c;
   c.lse = d_lse;
   c.delta = delta;
@@ -390,7 +273,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     }
     bwd_params p;
     static_cast<sm90_bwd_common &>(p) = c;
-    p.dO = pp.dO;
+    p.dO = reinterpret_cast<const __nv_bfloat16 *>(d_dO);
     p.q = reinterpret_cast<const __nv_bfloat16 *>(d_q);
     p.k = reinterpret_cast<const __nv_bfloat16 *>(d_k);
     p.v = reinterpret_cast<const __nv_bfloat16 *>(d_v);
@@ -400,10 +283,6 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     else
       bwd_kernel<false><<<grid, CONSUMER_THREADS, SMEM_BYTES, stream>>>(p);
   }
-  int64_t n4 = rows * D / 4;
-  int blocks = (int)((n4 + 255) / 256 < 65536 ? (n4 + 255) / 256 : 65536);
-  dq_finish_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
-                                               reinterpret_cast<uint2 *>(d_dq), s->sm_scale, n4,
-                                               variant != VSA_SM90A_ATOMIC);
-  return cudaGetLastError();
+  return vsa_bwd::launch_dq_finish(dq_accum, d_dq, s->sm_scale, rows, variant != VSA_SM90A_ATOMIC,
+                                   stream);
 }

@@ -1,0 +1,60 @@
+/* bwd_prep.h — what the native backwards (sm_90a, sm_100a) share around
+ * their main kernels: the preprocess (Delta, zeroed dQ accumulator and
+ * counters, the longest-list-first work order), the dQ postprocess, the
+ * q-chunk and head-group arithmetic, and the TMA tensor maps of the
+ * [rows, 128] bf16 inputs. Host-side C++ API internal to kernels/; the
+ * public launchers are in kernels.h.
+ *
+ * The dQ accumulator is fp32 [B·H·Sq, 128] rows. "Swizzled" rows store
+ * 16-byte chunk c of row r at chunk c ^ (r & 7), the order both main
+ * kernels stage dQ in shared memory without bank conflicts; the
+ * postprocess reads them back in order.
+ */
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace vsa_bwd {
+
+constexpr int BLK = 64;  // tokens per block
+constexpr int D = 128;   // head dim of the native kernels
+
+/* Scratch the preprocess zeroes and the work order it builds. */
+struct prep_params {
+  const uint16_t *dO, *o;  // bf16 [rows, D]
+  float *delta;            // [rows] out: Σ_d dO·o (fp32)
+  float *dq_accum;         // [rows, D] out: zeroed
+  int64_t rows;
+  int *zero_a, *zero_b;  // counters to zero (n_a, n_b ints; NULL when 0)
+  int64_t n_a, n_b;
+  // Work order (order NULL: none): group g of `group_items` (b, h, kv
+  // block) items, g < groups, sorted by k2q count, largest first, into
+  // order (item = (b·H + h)·nkv + kv block).
+  const int32_t *k2q_num;
+  int k2q_width, groups, group_items;
+  int32_t *order;
+};
+
+/* One launch: Delta, the zeroed accumulator and counters, the work order. */
+cudaError_t launch_prep(const prep_params &p, cudaStream_t stream);
+
+/* dq[rows, D] (bf16) = accumulator · scale, reading swizzled rows when
+ * `swizzled`. */
+cudaError_t launch_dq_finish(const float *dq_accum, uint16_t *dq, float scale, int64_t rows,
+                             bool swizzled, cudaStream_t stream);
+
+/* Chunks of nq q blocks for q_chunk blocks each (q_chunk <= 0: one). */
+int chunk_count(int64_t nq, int q_chunk);
+
+/* Heads whose kv blocks are scheduled together: as many (b, h) as keep
+ * their Q, dO and fp32 dQ rows (1 KB a row) within 32 MB of L2, a divisor
+ * of BH; one head a group when the q range is chunked. */
+int heads_per_group(int64_t BH, int64_t Sq, int chunks);
+
+/* A 2D tensor map over `rows` x 128 bf16 (256-byte rows) with 64x64 boxes
+ * and the 128-byte swizzle (cuTensorMapEncodeTiled, found through the
+ * runtime's driver entry point). rows must be < 2^31. */
+cudaError_t tile_map(CUtensorMap *m, const void *data, int64_t rows);
+
+}  // namespace vsa_bwd
