@@ -117,6 +117,11 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
   }
 
   for (int64_t bh = 0; bh < BH; bh++) {
+    if (vsa_poll_stop() != 0) { /* a large CPU reference runs for minutes */
+      free(logit);
+      free(acc);
+      return -1;
+    }
     const uint16_t *qs = q + bh * s->Sq * (int64_t)D;
     const uint16_t *ks = k + bh * s->Skv * (int64_t)D;
     const uint16_t *vs = v + bh * s->Skv * (int64_t)D;
@@ -206,6 +211,11 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
   }
 
   for (int64_t bh = 0; bh < BH; bh++) {
+    if (vsa_poll_stop() != 0) { /* a large CPU reference runs for minutes */
+      free(acc_k);
+      free(acc_v);
+      return -1;
+    }
     const int64_t qbase = bh * s->Sq, kbase = bh * s->Skv;
     const uint16_t *qs = q + qbase * D, *dOs = dO + qbase * D;
     const uint16_t *ks = k + kbase * D, *vs = v + kbase * D;

@@ -7,6 +7,20 @@
 static _Thread_local char last_error[1024] = "no error";
 static _Thread_local int last_oom; /* the last failure was out of device memory */
 
+volatile int vsa_interrupt_flag;
+volatile int vsa_timeout_flag;
+
+int
+vsa_poll_stop(void)
+{
+  if (vsa_interrupt_flag) return vsa_fail("interrupted!");
+  if (vsa_timeout_flag) {
+    vsa_timeout_flag = 0;
+    return vsa_fail("point timeout!");
+  }
+  return 0;
+}
+
 int
 vsa_fail(const char *fmt, ...)
 {

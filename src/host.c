@@ -31,24 +31,46 @@
 #define VSA_NVCC_FLAGS "unknown"
 #endif
 
+#include "check.h"
+
 static lua_State *signal_state;
-static volatile sig_atomic_t interrupted; /* set by SIGINT/SIGTERM */
-static volatile sig_atomic_t timed_out;   /* set by the point timer */
+/* Set by SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGPIPE and by the point timer; the
+ * flags live in check.c so long C loops can poll them (vsa_poll_stop). */
+#define interrupted vsa_interrupt_flag
+#define timed_out vsa_timeout_flag
+static volatile sig_atomic_t pipe_closed; /* SIGPIPE: stdout's reader left */
+static volatile sig_atomic_t stop_signal; /* the signal behind the interrupt */
 static struct timespec first_signal;
 
 // ----------------------------------------------------------------------------
 // interrupts
+
+static const char *
+signal_name(int sig)
+{
+  switch (sig) {
+  case SIGHUP: return "SIGHUP";
+  case SIGPIPE: return "SIGPIPE: stdout closed";
+  case SIGUSR1: return "SIGUSR1";
+  default: return NULL;
+  }
+}
 
 static void
 interrupt_hook(lua_State *L, lua_Debug *ar)
 {
   (void)ar;
   lua_sethook(L, NULL, 0, 0);
-  if (timed_out && !interrupted) {
+  if (interrupted) {
+    const char *name = signal_name(stop_signal);
+    if (name) luaL_error(L, "interrupted! (%s)", name);
+    luaL_error(L, "interrupted!");
+  }
+  if (timed_out) {
     timed_out = 0;
     luaL_error(L, "point timeout!");
   }
-  luaL_error(L, "interrupted!");
+  /* Already raised from a C loop (vsa_poll_stop): nothing left to do. */
 }
 
 /* The point timer ran out: raise "point timeout!" at the next Lua
@@ -95,7 +117,11 @@ on_signal(int sig)
 {
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
-  if (interrupted) {
+  if (sig == SIGPIPE) {
+    /* Every later write fails again: never a reason to die at once. */
+    pipe_closed = 1;
+    if (interrupted) return;
+  } else if (interrupted) {
     double dt = (now.tv_sec - first_signal.tv_sec) +
                 (now.tv_nsec - first_signal.tv_nsec) * 1e-9;
     if (dt > 0.2) {
@@ -105,11 +131,33 @@ on_signal(int sig)
     return;
   }
   interrupted = 1;
+  stop_signal = sig;
   first_signal = now;
   if (signal_state)
     lua_sethook(signal_state, interrupt_hook,
                 LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
 }
+
+/* vsalab.interrupt_pending() -> whether a signal asked this call to stop
+ * (the pcall wrapper re-raises the interrupt a script's pcall caught). */
+static int
+l_interrupt_pending(lua_State *L)
+{
+  lua_pushboolean(L, interrupted != 0);
+  return 1;
+}
+
+/* pcall and xpcall cannot swallow an interrupt: a caught "interrupted!"
+ * is raised again, so the script stops and the run ends 'interrupted'
+ * (a point timeout is caught as before: experiments skip the point). */
+static const char pcall_guard[] =
+    "local pending, raw_pcall, raw_xpcall, err = ...\n"
+    "local function pass(ok, ...)\n"
+    "  if not ok and pending() then err((...), 0) end\n"
+    "  return ok, ...\n"
+    "end\n"
+    "pcall = function(f, ...) return pass(raw_pcall(f, ...)) end\n"
+    "xpcall = function(f, h, ...) return pass(raw_xpcall(f, h, ...)) end\n";
 
 // ----------------------------------------------------------------------------
 // module loading
@@ -132,6 +180,8 @@ open_core(lua_State *L)
   lua_setfield(L, -2, "nvcc_flags");
   lua_pushcfunction(L, l_set_point_timeout);
   lua_setfield(L, -2, "set_point_timeout");
+  lua_pushcfunction(L, l_interrupt_pending);
+  lua_setfield(L, -2, "interrupt_pending");
   return 1;
 }
 
@@ -172,9 +222,36 @@ install_modules(lua_State *L)
   lua_pop(L, 2);
 }
 
+/* A usage error (vsalab.usage.error: a table with usage = true) is the
+ * user's mistake, not a bug: it travels as it is, without a traceback. */
+static int
+is_usage_error(lua_State *L, int idx)
+{
+  if (!lua_istable(L, idx)) return 0;
+  lua_getfield(L, idx, "usage");
+  int u = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return u;
+}
+
+/* The message of the error at idx (a usage error's text, or the string). */
+static const char *
+error_text(lua_State *L, int idx)
+{
+  if (is_usage_error(L, idx)) {
+    lua_getfield(L, idx, "message");
+    const char *m = lua_tostring(L, -1);
+    lua_pop(L, 1); /* still referenced by the error table */
+    return m ? m : "usage error";
+  }
+  const char *m = lua_tostring(L, idx);
+  return m ? m : "(error object is not a string)";
+}
+
 static int
 traceback(lua_State *L)
 {
+  if (is_usage_error(L, 1)) return 1;
   const char *msg = lua_tostring(L, 1);
   if (!msg) {
     if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
@@ -194,12 +271,16 @@ vsa_host_docall(lua_State *L, int nargs, int nres)
   lua_pushcfunction(L, traceback);
   lua_insert(L, base);
   signal_state = L;
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
+  for (int i = 0; i < 5; i++) signal(sigs[i], on_signal);
   interrupted = 0;
+  stop_signal = 0;
   int rc = lua_pcall(L, nargs, nres, base);
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
+  /* SIGPIPE stays caught: a write to a closed stdout after the script
+   * (the exit flush) must not kill the process before it has said how the
+   * run ended. */
+  for (int i = 0; i < 4; i++) signal(sigs[i], SIG_DFL);
+  lua_sethook(L, NULL, 0, 0); /* an interrupt the script caught: not for the next call */
   lua_remove(L, base);
   if (rc != 0) lua_gc(L, LUA_GCCOLLECT, 0);
   return rc;
@@ -220,6 +301,13 @@ setup(lua_State *L)
   lua_setglobal(L, "vsalab");
   lua_getfield(L, -1, "run_finish");
   lua_setfield(L, LUA_REGISTRYINDEX, "vsalab.run_finish");
+  if (luaL_loadbuffer(L, pcall_guard, sizeof pcall_guard - 1, "=pcall_guard") != 0)
+    lua_error(L);
+  lua_pushcfunction(L, l_interrupt_pending);
+  lua_getglobal(L, "pcall");
+  lua_getglobal(L, "xpcall");
+  lua_getglobal(L, "error");
+  lua_call(L, 4, 0);
   /* vsalab.context: what this invocation was asked to do. */
   lua_newtable(L);
   lua_pushstring(L, o->db_path);
@@ -309,12 +397,16 @@ finish_run(lua_State *L, const char *status, const char *err)
   if (err) lua_pushstring(L, err);
   else lua_pushnil(L);
   if (vsa_host_docall(L, 2, 0) != 0) {
-    fprintf(stderr, "vsalab: closing the run failed: %s\n", lua_tostring(L, -1));
+    fprintf(stderr, "vsalab: closing the run failed: %s\n", error_text(L, -1));
     lua_pop(L, 1);
     return -1;
   }
   return 0;
 }
+
+/* Exit status of a run stopped because stdout's reader went away (`| head`):
+ * 128 + SIGPIPE, as the shell reports other CLIs killed by it. */
+#define EXIT_PIPE (128 + SIGPIPE)
 
 int
 vsa_host_run_script(lua_State *L, const vsa_host_options *o)
@@ -329,10 +421,9 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
       rc = vsa_host_docall(L, 0, 0);
     }
     if (rc != 0) { /* a usage error: the message, without the traceback */
-      const char *msg = lua_tostring(L, -1);
-      const char *tb = msg ? strstr(msg, "\nstack traceback:") : NULL;
-      fprintf(stderr, "vsalab: %.*s\n", tb ? (int)(tb - msg) : (int)strlen(msg ? msg : ""),
-              msg ? msg : "");
+      const char *msg = error_text(L, -1);
+      const char *tb = strstr(msg, "\nstack traceback:");
+      fprintf(stderr, "vsalab: %.*s\n", tb ? (int)(tb - msg) : (int)strlen(msg), msg);
       lua_pop(L, 1);
       return 2;
     }
@@ -350,14 +441,23 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
     for (int i = 0; i < o->argc; i++) lua_pushstring(L, o->argv[i]);
     rc = vsa_host_docall(L, o->argc, 0);
   }
+  /* Read before finish_run: its own protected call resets the flags. */
+  int stopped = interrupted, piped = pipe_closed;
   if (rc != 0) {
-    const char *msg = lua_tostring(L, -1);
-    if (!msg) msg = "(error object is not a string)";
-    fprintf(stderr, "vsalab: %s\n", msg);
-    const char *status = interrupted ? "interrupted" : "failed";
-    finish_run(L, status, msg);
+    int usage = is_usage_error(L, -1);
+    const char *msg = error_text(L, -1);
+    /* stdout closed under us (`vsalab run ... | head`): stop quietly. */
+    if (!(piped && stopped)) fprintf(stderr, "vsalab: %s\n", msg);
+    finish_run(L, stopped ? "interrupted" : "failed", msg);
     lua_pop(L, 1);
-    return 1;
+    if (piped && stopped) return EXIT_PIPE;
+    return usage && !stopped ? 2 : 1;
+  }
+  /* An interrupt the script swallowed (coroutine.resume) still ends the run
+   * 'interrupted'. */
+  if (stopped) {
+    finish_run(L, "interrupted", "interrupted!");
+    return piped ? EXIT_PIPE : 1;
   }
   return finish_run(L, "finished", NULL) == 0 ? 0 : 1;
 }
@@ -371,13 +471,17 @@ vsa_host_last_error(void)
   return last_error[0] ? last_error : "failed";
 }
 
-static void
+/* Print the error on top (quietly nothing when stdout was closed under
+ * us) and return the exit status: 2 for a usage error, 141 after SIGPIPE,
+ * else 1. */
+static int
 print_module_error(lua_State *L)
 {
-  const char *msg = lua_tostring(L, -1);
-  if (!msg) msg = "(error object is not a string)";
-  fprintf(stderr, "vsalab: %s\n", msg);
+  const char *msg = error_text(L, -1);
   snprintf(last_error, sizeof last_error, "%s", msg);
+  if (pipe_closed && interrupted) return EXIT_PIPE;
+  fprintf(stderr, "vsalab: %s\n", msg);
+  return is_usage_error(L, -1) && !interrupted ? 2 : 1;
 }
 
 int
@@ -385,20 +489,14 @@ vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv)
 {
   lua_getglobal(L, "require");
   lua_pushstring(L, module);
-  if (vsa_host_docall(L, 1, 1) != 0) {
-    print_module_error(L);
-    return 1;
-  }
+  if (vsa_host_docall(L, 1, 1) != 0) return print_module_error(L);
   lua_getfield(L, -1, "main");
   lua_createtable(L, argc, 0);
   for (int i = 0; i < argc; i++) {
     lua_pushstring(L, argv[i]);
     lua_rawseti(L, -2, i + 1);
   }
-  if (vsa_host_docall(L, 1, 1) != 0) {
-    print_module_error(L);
-    return 1;
-  }
+  if (vsa_host_docall(L, 1, 1) != 0) return print_module_error(L);
   int rc = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;
   lua_pop(L, 2);
   return rc;

@@ -55,13 +55,46 @@ vsa_arg_index(lua_State *L, int idx, const char *name, int ndim)
 {
   vsa_tensor *t = luaL_testudata(L, idx, VSA_TENSOR_MT);
   if (t && t->st && t->dtype == VSA_I64) {
-    vsa_lua_checkarg(L, idx, name, VSA_I64, ndim);
+    t = vsa_lua_checkarg(L, idx, name, VSA_I64, ndim); /* pinned */
     vsa_tensor *c = vsa_lua_newtensor(L, VSA_I32, t->device, t->ndim, t->shape);
     if (vsa_tensor_convert(c, t) != 0) vsa_lua_raise(L);
     lua_replace(L, idx);
     return c;
   }
   return vsa_lua_checkarg(L, idx, name, VSA_I32, ndim);
+}
+
+void
+vsa_arg_check_i64_entries(lua_State *L, const vsa_tensor *idx64, const vsa_tensor *num,
+                          const char *name)
+{
+  int top = lua_gettop(L);
+  const vsa_tensor *hi = idx64, *hn = num;
+  if (idx64->device != VSA_CPU) {
+    vsa_tensor *c = vsa_lua_newtensor(L, VSA_I64, VSA_CPU, idx64->ndim, idx64->shape);
+    if (vsa_tensor_copy(c, idx64) != 0) vsa_lua_raise(L);
+    hi = c;
+  }
+  if (num->device != VSA_CPU) {
+    vsa_tensor *c = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, num->ndim, num->shape);
+    if (vsa_tensor_copy(c, num) != 0) vsa_lua_raise(L);
+    hn = c;
+  }
+  const int64_t *v = vsa_tensor_data(hi);
+  const int32_t *n = vsa_tensor_data(hn);
+  int64_t rows = vsa_tensor_numel(hn), width = idx64->shape[idx64->ndim - 1];
+  int64_t H = idx64->shape[1], R = idx64->shape[2];
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t cnt = n[r] < 0 ? 0 : n[r] > width ? width : n[r]; /* counts are checked later */
+    for (int64_t e = 0; e < cnt; e++) {
+      int64_t x = v[r * width + e];
+      if (x < INT32_MIN || x > INT32_MAX)
+        vsa_lua_errorf(L, "%s: index %lld out of range (not a 32-bit block id) at (b=%lld, h=%lld, row=%lld)",
+                       name, (long long)x, (long long)(r / R / H), (long long)(r / R % H),
+                       (long long)(r % R));
+    }
+  }
+  lua_settop(L, top);
 }
 
 int
@@ -186,6 +219,21 @@ static size_t scratch_bytes;
 static int scratch_device = -2;
 vsa_list_error *vsa_d_list_error;
 vsa_compare_sums *vsa_d_compare_sums;
+
+int vsa_gc_stopped;
+static size_t host_since_gc, host_live_after_gc;
+
+void
+vsa_host_memory_pressure(lua_State *L, size_t bytes)
+{
+  host_since_gc += bytes;
+  size_t floor_ = (size_t)256 << 20;
+  if (vsa_gc_stopped || host_since_gc <= (host_live_after_gc > floor_ ? host_live_after_gc : floor_))
+    return;
+  lua_gc(L, LUA_GCCOLLECT, 0);
+  host_since_gc = 0;
+  host_live_after_gc = vsa_host_bytes_in_use();
+}
 
 void
 vsa_reclaim_device_memory(lua_State *L)

@@ -21,6 +21,11 @@ void vsa_arg_device(lua_State *L, const vsa_tensor *t, const char *name, int dev
                     const char *ref);
 /* An index tensor: i32 as is, i64 converted in place on the stack. */
 vsa_tensor *vsa_arg_index(lua_State *L, int idx, const char *name, int ndim);
+/* Raise naming an i64 list entry that no i32 holds (2^32 would become
+ * INT32_MAX in the conversion and be reported as that) among the first
+ * num[row] entries of each row of idx64 [B,H,rows,width]. */
+void vsa_arg_check_i64_entries(lua_State *L, const vsa_tensor *idx64, const vsa_tensor *num,
+                               const char *name);
 int vsa_arg_int(lua_State *L, int idx, const char *k, int required, long long def,
                 long long lo, long long hi);
 double vsa_arg_num(lua_State *L, int idx, const char *k, double def);
@@ -39,6 +44,15 @@ void *vsa_arg_scratch(lua_State *L, int dev, size_t bytes);
 /* After an out-of-memory: collect unreachable tensors and free the cached
  * scratch (it only ever grows otherwise), so a retry can succeed. */
 void vsa_reclaim_device_memory(lua_State *L);
+/* Host tensors live outside the Lua heap (the collector sees a userdata of
+ * ~150 bytes for a 64 MiB tensor): after allocating bytes of host memory,
+ * collect when host allocations since the last collection exceed
+ * max(256 MiB, the host bytes live after it), so unreachable tensors are
+ * freed before the process grows to twice its live memory. Not while
+ * vsa_gc_stopped (bench holds the stream or captures a graph: a
+ * finalizer's cudaFree would wait on it). */
+void vsa_host_memory_pressure(lua_State *L, size_t bytes);
+extern int vsa_gc_stopped;
 extern vsa_list_error *vsa_d_list_error;
 extern vsa_compare_sums *vsa_d_compare_sums;
 

@@ -137,8 +137,10 @@ capture_graph(lua_State *L, event_pair *ev)
   }
   vsa_set_stream(ev->capture);
   lua_gc(L, LUA_GCSTOP, 0); /* no cudaFree from a collector mid-capture */
+  vsa_gc_stopped = 1;
   lua_pushvalue(L, 1);
   int rc = lua_pcall(L, 0, 0, 0);
+  vsa_gc_stopped = 0;
   lua_gc(L, LUA_GCRESTART, 0);
   vsa_set_stream(0);
   cudaGraph_t g = NULL;
@@ -182,8 +184,10 @@ cuda_sample(lua_State *L, event_pair *ev, int cold, int graph)
       /* A collected tensor's cudaFree would wait for the held stream: no
        * collection while it is held, a step once it is released. */
       if (ev->hold) lua_gc(L, LUA_GCSTOP, 0);
+      vsa_gc_stopped = ev->hold != NULL;
       lua_pushvalue(L, 1);
       rc = lua_pcall(L, 0, 0, 0);
+      vsa_gc_stopped = 0;
       if (ev->hold) lua_gc(L, LUA_GCRESTART, 0);
     }
   }

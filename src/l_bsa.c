@@ -200,6 +200,12 @@ static void
 list_pair(lua_State *L, int i_idx, int n_idx, const char *iname,
           const char *nname, vsa_tensor **idx, vsa_tensor **num)
 {
+  /* An i64 list is kept (pinned, on top) until its entries are checked. */
+  vsa_tensor *t = luaL_testudata(L, i_idx, VSA_TENSOR_MT), *orig = NULL;
+  if (t && t->st && t->dtype == VSA_I64) {
+    lua_pushvalue(L, i_idx);
+    orig = vsa_lua_pin(L, -1, iname);
+  }
   *idx = vsa_arg_index(L, i_idx, iname, 4);
   *num = vsa_arg_index(L, n_idx, nname, 3);
   int64_t want[3] = {(*idx)->shape[0], (*idx)->shape[1], (*idx)->shape[2]};
@@ -207,6 +213,10 @@ list_pair(lua_State *L, int i_idx, int n_idx, const char *iname,
   vsa_arg_device(L, *num, nname, (*idx)->device, iname);
   if ((*idx)->shape[3] < 1)
     vsa_lua_errorf(L, "%s: list width must be >= 1", iname);
+  if (orig) {
+    vsa_arg_check_i64_entries(L, orig, *num, iname);
+    lua_pop(L, 1);
+  }
 }
 
 /* vsalab.invert_indices(q2k_idx, q2k_num, num_kv_blocks [, {out={idx, num},
@@ -453,6 +463,19 @@ backward_args(lua_State *L, bwd_args *a, int check_vbs)
   int64_t wantn[3] = {d->B, d->H, a->nkv};
   vsa_arg_shape(L, a->knum, "k2q_num", 3, wantn);
   vsa_arg_device(L, a->kidx, "k2q_idx", d->device, "q");
+  /* k2q rows list q blocks: at least nq wide (a kv block selected by every
+   * q block must fit). A narrower list is most likely q2k lists passed where
+   * k2q lists belong, which would be read as k2q and "work". Wider lists
+   * are padding (CASES.md case 4). */
+  if (a->kidx->shape[3] < a->nq) {
+    int64_t wanti[4] = {d->B, d->H, a->nkv, a->nq};
+    char w[128], g[128];
+    vsa_arg_fmt_shape(wanti, 4, w, sizeof w);
+    vsa_arg_fmt_shape(a->kidx->shape, 4, g, sizeof g);
+    vsa_lua_errorf(L, "k2q_idx: expected shape %s = [B,H,nkv,nq] (each kv block's q blocks; "
+                   "wider is padding), got %s: q2k lists go through vsalab.invert_indices first",
+                   w, g);
+  }
   if (check_vbs) {
     a->vbs = vbs_arg(L, 9, d);
   } else {
@@ -487,8 +510,9 @@ poison_f32(lua_State *L, int dev, float *p, int64_t n)
 }
 
 /* opts.out = {dq, dk, dv} of a backward (options at index 10): 0 when
- * absent. Otherwise pushes the three buffers (the top of the stack, in
- * order) into outs after checking each: a contiguous rank-4 tensor of dtype
+ * absent. Otherwise pushes three pinned views (vsa_lua_pin) and then the
+ * three buffers themselves (the top of the stack, in order, to return),
+ * with outs the pinned views, after checking each: a contiguous rank-4 tensor of dtype
  * dt (dt_note follows the dtype in the message), shape sq (dq) or sk (dk,
  * dv), on q's device, sharing memory with no input and no other output.
  * Every mistake raises naming the buffer. */
@@ -510,8 +534,11 @@ out_buffers(lua_State *L, const char *fn, const bwd_args *a, vsa_dtype dt,
                    luaL_typename(L, -1));
   int t = lua_gettop(L);
   const vsa_tensor *ins[9] = {a->dO, a->q, a->k, a->v, a->o, a->lse, a->kidx, a->knum, a->vbs};
+  /* The caller's buffers at t+1..t+3 (returned as they are), each checked
+   * through a pinned copy of the reference at t+4..t+6. */
+  for (int x = 0; x < 3; x++) lua_rawgeti(L, t, x + 1);
   for (int x = 0; x < 3; x++) {
-    lua_rawgeti(L, t, x + 1);
+    lua_pushvalue(L, t + 1 + x);
     outs[x] = vsa_lua_checkarg(L, lua_gettop(L), names[x], -1, 4);
     if (outs[x]->dtype != dt)
       vsa_lua_errorf(L, "%s: expected dtype %s%s, got %s", names[x], vsa_dtype_name(dt),
@@ -525,6 +552,7 @@ out_buffers(lua_State *L, const char *fn, const bwd_args *a, vsa_dtype dt,
       if (outs[x]->st == outs[y]->st)
         vsa_lua_errorf(L, "%s shares memory with %s", names[x], names[y]);
   }
+  for (int x = 0; x < 3; x++) lua_insert(L, t + 1); /* pins first, buffers on top */
   lua_remove(L, t);
   return 1;
 }
@@ -577,8 +605,10 @@ l_backward_ref(lua_State *L)
   }
   int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
   vsa_tensor *outs[3];
-  /* The buffers stay at 11..13 for the whole call (and are returned). */
+  /* The results stay at ret..ret+2 for the whole call (and are returned):
+   * new tensors at 11..13, or the out buffers at 14..16 (pins at 11..13). */
   int have_out = out_buffers(L, "backward_ref", &a, out_dt, " (out_dtype)", sq, sk, outs);
+  int ret = have_out ? 14 : 11;
   if (!have_out)
     for (int x = 0; x < 3; x++)
       outs[x] = vsa_lua_newtensor(L, out_dt, d.device, 4, x == 0 ? sq : sk);
@@ -660,7 +690,7 @@ l_backward_ref(lua_State *L)
     }
   }
   if (work) vsa_tensor_release(work);
-  for (int x = 0; x < 3; x++) lua_pushvalue(L, 11 + x);
+  for (int x = 0; x < 3; x++) lua_pushvalue(L, ret + x);
   return 3;
 }
 

@@ -27,6 +27,7 @@ field_f64(lua_State *L, int idx, const char *k, int required)
   vsa_tensor *t = luaL_testudata(L, -1, VSA_TENSOR_MT);
   if (!t) vsa_lua_errorf(L, "field '%s' must be a tensor", k);
   if (!t->st) vsa_lua_errorf(L, "field '%s': tensor was freed", k);
+  t = vsa_lua_pin(L, -1, k);
   if (t->dtype == VSA_I32 || t->dtype == VSA_I64)
     vsa_lua_errorf(L, "field '%s': expected a float dtype, got %s", k, vsa_dtype_name(t->dtype));
   vsa_tensor *h = vsa_lua_newtensor(L, VSA_F64, VSA_CPU, t->ndim, t->shape);
@@ -49,6 +50,7 @@ field_i32_host(lua_State *L, int idx, const char *k)
   vsa_tensor *t = luaL_testudata(L, -1, VSA_TENSOR_MT);
   if (!t) vsa_lua_errorf(L, "field '%s' must be a tensor", k);
   if (!t->st) vsa_lua_errorf(L, "field '%s': tensor was freed", k);
+  t = vsa_lua_pin(L, -1, k);
   if (t->dtype != VSA_I32 && t->dtype != VSA_I64)
     vsa_lua_errorf(L, "field '%s': expected dtype i32 or i64, got %s", k, vsa_dtype_name(t->dtype));
   vsa_tensor *h = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, t->ndim, t->shape);
@@ -179,8 +181,10 @@ l_oracle(lua_State *L)
 static int
 l_compare(lua_State *L)
 {
-  vsa_tensor *x = vsa_lua_checktensor(L, 1);
-  vsa_tensor *r = vsa_lua_checktensor(L, 2);
+  vsa_lua_checktensor(L, 1);
+  vsa_lua_checktensor(L, 2);
+  vsa_tensor *x = vsa_lua_pin(L, 1, "compare: x");
+  vsa_tensor *r = vsa_lua_pin(L, 2, "compare: ref");
   if (x->dtype == VSA_I32 || x->dtype == VSA_I64 || r->dtype == VSA_I32 ||
       r->dtype == VSA_I64)
     return vsa_lua_errorf(L, "compare: expected float tensors, got %s and %s",

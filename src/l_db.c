@@ -93,20 +93,22 @@ static const field error_fields[] = {
   ERR(norm_ratio, F_REAL), ERR(passed, F_FLAG),  {NULL, F_TEXT, 0},
 };
 
-/* Raise "bad argument #arg to 'f' (field '<prefix><name>' <what>)". */
+/* Raise "db:log: field '<prefix><name>' <what>" (luaL_argerror would say
+ * '?' for a method; vsalab.log reaches here too). */
 static int
 field_error(lua_State *L, int arg, const char *prefix, const char *name,
             const char *what)
 {
-  return luaL_argerror(
-    L, arg, lua_pushfstring(L, "field '%s%s' %s", prefix, name, what));
+  return luaL_error(L, "%s: field '%s%s' %s", arg == 1 ? "db:begin_run" : "db:log", prefix,
+                    name, what);
 }
 
 /* An integral lua_Number within int64 range. */
 static int
 to_int64(lua_Number v, int64_t *out)
 {
-  if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0) ||
+  /* -2^63 itself is VSA_DB_NULL, the "unknown" marker: out of range. */
+  if (!(v > -9223372036854775808.0 && v < 9223372036854775808.0) ||
       v != floor(v))
     return 0;
   *out = (int64_t)v;
@@ -178,9 +180,8 @@ read_fields(lua_State *L, int t, int arg, const field *fields, void *base,
   lua_pushnil(L);
   while (lua_next(L, t)) {
     if (lua_type(L, -2) != LUA_TSTRING)
-      luaL_argerror(L, arg,
-                    lua_pushfstring(L, "%skeys must be field names, got a %s",
-                                    prefix, luaL_typename(L, -2)));
+      luaL_error(L, "%s: %skeys must be field names, got a %s",
+                 arg == 1 ? "db:begin_run" : "db:log", prefix, luaL_typename(L, -2));
     const char *k = lua_tostring(L, -2);
     const field *f = fields;
     while (f->name && strcmp(f->name, k) != 0) f++;
@@ -299,7 +300,7 @@ l_db_begin_run(lua_State *L)
   vsa_db_run_info_init(&info);
   if (!lua_isnoneornil(L, 2)) {
     luaL_checktype(L, 2, LUA_TTABLE);
-    read_fields(L, 2, 2, run_fields, &info, "");
+    read_fields(L, 2, 1, run_fields, &info, ""); /* arg 1: names begin_run in errors */
     lua_getfield(L, 2, "args");
     if (lua_istable(L, -1)) {
       push_json_strings(L, lua_gettop(L), 2, "args");
@@ -357,8 +358,8 @@ l_db_log(lua_State *L)
   vsa_result_row row;
   vsa_db_result_init(&row);
   read_fields(L, 2, 2, row_fields, &row, "");
-  luaL_argcheck(L, row.experiment, 2, "field 'experiment' is required");
-  luaL_argcheck(L, row.kernel, 2, "field 'kernel' is required");
+  if (!row.experiment) return luaL_error(L, "db:log: field 'experiment' is required");
+  if (!row.kernel) return luaL_error(L, "db:log: field 'kernel' is required");
   if (row.run_id == VSA_DB_NULL) row.run_id = u->run_id;
   if (row.run_id == VSA_DB_NULL)
     return luaL_error(L, "db:log: no run; call db:begin_run first or give "
@@ -381,14 +382,12 @@ l_db_log(lua_State *L)
     lua_pushnil(L);
     while (lua_next(L, et)) {
       if (lua_type(L, -2) != LUA_TSTRING)
-        luaL_argerror(L, 2, lua_pushfstring(L, "field 'errors' must be keyed "
-                                               "by output name, got a %s key",
-                                            luaL_typename(L, -2)));
+        luaL_error(L, "db:log: field 'errors' must be keyed by output name, got a %s key",
+                   luaL_typename(L, -2));
       const char *output = lua_tostring(L, -2);
       const char *prefix = lua_pushfstring(L, "errors.%s.", output);
       if (lua_type(L, -2) != LUA_TTABLE)
-        luaL_argerror(L, 2, lua_pushfstring(L, "field 'errors.%s' must be a "
-                                               "table", output));
+        luaL_error(L, "db:log: field 'errors.%s' must be a table", output);
       vsa_db_error_init(&errs[i]);
       errs[i].output = output;
       read_fields(L, lua_gettop(L) - 1, 2, error_fields, &errs[i], prefix);

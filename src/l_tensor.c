@@ -86,6 +86,29 @@ vsa_lua_checktensor(lua_State *L, int idx)
   return t;
 }
 
+/* The tensor a method is called on (argument 1), errors naming the
+ * method: "t:reshape: tensor was freed" (luaL_argerror cannot name a method
+ * reached through __index: it says '?'). */
+static vsa_tensor *
+self_of(lua_State *L, const char *fn)
+{
+  vsa_tensor *t = luaL_testudata(L, 1, VSA_TENSOR_MT);
+  if (!t)
+    vsa_lua_errorf(L, "t:%s: expected a tensor as self (call it as t:%s(...)), got %s", fn, fn,
+                   luaL_typename(L, 1));
+  if (!t->st) vsa_lua_errorf(L, "t:%s: tensor was freed", fn);
+  return t;
+}
+
+/* Argument idx of method fn as a number. */
+static double
+num_arg(lua_State *L, int idx, const char *fn, const char *what)
+{
+  if (lua_type(L, idx) != LUA_TNUMBER)
+    vsa_lua_errorf(L, "%s: %s must be a number, got %s", fn, what, luaL_typename(L, idx));
+  return lua_tonumber(L, idx);
+}
+
 static void
 shape_string(const vsa_tensor *t, char *buf, size_t len)
 {
@@ -103,6 +126,18 @@ device_string(int device, char *buf, size_t len)
 }
 
 vsa_tensor *
+vsa_lua_pin(lua_State *L, int idx, const char *name)
+{
+  if (idx < 0 && idx > LUA_REGISTRYINDEX) idx = lua_gettop(L) + idx + 1;
+  vsa_tensor *t = lua_touserdata(L, idx);
+  vsa_tensor *p = push_empty(L); /* may run a finalizer that frees t */
+  if (!t->st) vsa_lua_errorf(L, "%s: tensor was freed", name);
+  vsa_tensor_share(p, t);
+  lua_replace(L, idx);
+  return p;
+}
+
+vsa_tensor *
 vsa_lua_checkarg(lua_State *L, int idx, const char *name, int dtype, int ndim)
 {
   vsa_tensor *t = luaL_testudata(L, idx, VSA_TENSOR_MT);
@@ -111,6 +146,7 @@ vsa_lua_checkarg(lua_State *L, int idx, const char *name, int dtype, int ndim)
     return NULL;
   }
   if (!t->st) vsa_lua_errorf(L, "%s: tensor was freed", name);
+  t = vsa_lua_pin(L, idx, name);
   if (dtype >= 0 && t->dtype != (vsa_dtype)dtype)
     vsa_lua_errorf(L, "%s: expected dtype %s, got %s", name,
                vsa_dtype_name((vsa_dtype)dtype), vsa_dtype_name(t->dtype));
@@ -131,13 +167,16 @@ vsa_lua_newtensor(lua_State *L, vsa_dtype dtype, int device, int ndim,
   if (device != VSA_CPU) vsa_lua_require_cuda(L);
   vsa_tensor *t = push_empty(L);
   int oom = 0;
-  if (vsa_tensor_alloc(t, dtype, device, ndim, shape, &oom) == 0) return t;
-  if (!oom) vsa_lua_raise(L);
-  /* Unreachable tensors and the cached scratch may hold device memory:
-   * reclaim, retry once. */
-  vsa_reclaim_device_memory(L);
-  if (vsa_tensor_alloc(t, dtype, device, ndim, shape, &oom) != 0)
-    vsa_lua_raise(L);
+  if (vsa_tensor_alloc(t, dtype, device, ndim, shape, &oom) != 0) {
+    if (!oom) vsa_lua_raise(L);
+    /* Unreachable tensors (and on a GPU the cached scratch) may hold the
+     * memory: reclaim, retry once. */
+    if (device == VSA_CPU) lua_gc(L, LUA_GCCOLLECT, 0);
+    else vsa_reclaim_device_memory(L);
+    if (vsa_tensor_alloc(t, dtype, device, ndim, shape, &oom) != 0)
+      vsa_lua_raise(L);
+  }
+  if (device == VSA_CPU && t->st) vsa_host_memory_pressure(L, t->st->bytes);
   return t;
 }
 
@@ -206,15 +245,20 @@ parse_dtype(lua_State *L, int idx, const char *what)
 static int
 parse_shape(lua_State *L, int idx, int64_t *shape)
 {
-  luaL_checktype(L, idx, LUA_TTABLE);
+  if (!lua_istable(L, idx))
+    vsa_lua_errorf(L, "shape: expected a table of sizes, got %s", luaL_typename(L, idx));
   int n = check_array(L, idx, "shape");
-  luaL_argcheck(L, n <= VSA_MAX_DIMS, idx, "more than 8 dimensions");
+  if (n > VSA_MAX_DIMS) vsa_lua_errorf(L, "shape: more than 8 dimensions (%d)", n);
   double total = 1;
   for (int d = 0; d < n; d++) {
     lua_rawgeti(L, idx, d + 1);
     lua_Number v = lua_tonumber(L, -1);
-    if (lua_type(L, -1) != LUA_TNUMBER || v < 0 || v != floor(v) || v > 9e15)
-      luaL_argerror(L, idx, "shape entries must be non-negative integers");
+    if (lua_type(L, -1) != LUA_TNUMBER || v < 0 || v != floor(v))
+      vsa_lua_errorf(L, "shape: entry %d must be a non-negative integer, got %s", d + 1,
+                     lua_type(L, -1) == LUA_TNUMBER ? lua_pushfstring(L, "%f", v) : luaL_typename(L, -1));
+    if (v > 9e15)
+      vsa_lua_errorf(L, "shape: entry %d is %.17g, more than any memory holds (at most 9e15)", d + 1,
+                     (double)v);
     shape[d] = (int64_t)v;
     total *= v;
     lua_pop(L, 1);
@@ -366,8 +410,10 @@ push_host_contiguous(lua_State *L, int idx)
 {
   vsa_tensor *t = vsa_lua_checktensor(L, idx);
   if (t->device == VSA_CPU && vsa_tensor_is_contiguous(t)) {
+    /* A view of its own: building the Lua values may run a finalizer that
+     * frees t, and the storage must outlive the reads. */
     lua_pushvalue(L, idx);
-    return t;
+    return vsa_lua_pin(L, -1, "tensor");
   }
   vsa_tensor *h = vsa_lua_newtensor(L, t->dtype, VSA_CPU, t->ndim, t->shape);
   if (vsa_tensor_copy(h, t) != 0) vsa_lua_raise(L);
@@ -395,7 +441,7 @@ push_nested(lua_State *L, const vsa_tensor *t, int dim, int64_t *pos)
 static int
 l_to_table(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "to_table");
   /* Count the Lua values to build: elements plus nested tables. */
   double cells = 1, tables = 0;
   for (int d = 0; d < t->ndim; d++) {
@@ -414,7 +460,7 @@ l_to_table(lua_State *L)
 static int
 l_to(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "to");
   int dev = parse_device(L, 2, "device");
   if (dev == t->device) {
     lua_pushvalue(L, 1);
@@ -429,7 +475,7 @@ l_to(lua_State *L)
 static int
 l_to_dtype(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "to_dtype");
   vsa_dtype dt = parse_dtype(L, 2, "dtype");
   if (dt == t->dtype) {
     lua_pushvalue(L, 1);
@@ -444,7 +490,7 @@ l_to_dtype(lua_State *L)
 static int
 l_clone(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "clone");
   vsa_tensor *d = vsa_lua_newtensor(L, t->dtype, t->device, t->ndim, t->shape);
   if (vsa_tensor_copy(d, t) != 0) vsa_lua_raise(L);
   return 1;
@@ -454,7 +500,7 @@ l_clone(lua_State *L)
 static int
 l_contiguous(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "contiguous");
   if (vsa_tensor_is_contiguous(t)) {
     lua_pushvalue(L, 1);
     return 1;
@@ -466,7 +512,7 @@ l_contiguous(lua_State *L)
 static int
 l_copy_(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "copy_");
   vsa_tensor *s = vsa_lua_checktensor(L, 2);
   for (int d = 0; d < t->ndim; d++)
     if (t->stride[d] == 0 && t->shape[d] > 1)
@@ -485,8 +531,8 @@ l_copy_(lua_State *L)
 static int
 l_fill(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
-  if (vsa_tensor_fill(t, luaL_checknumber(L, 2)) != 0) vsa_lua_raise(L);
+  vsa_tensor *t = self_of(L, "fill");
+  if (vsa_tensor_fill(t, num_arg(L, 2, "t:fill", "value")) != 0) vsa_lua_raise(L);
   lua_settop(L, 1);
   return 1;
 }
@@ -495,13 +541,15 @@ l_fill(lua_State *L)
 static int
 l_fill_randn(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
-  luaL_checktype(L, 2, LUA_TTABLE);
+  vsa_tensor *t = self_of(L, "fill_randn");
+  if (!lua_istable(L, 2))
+    return vsa_lua_errorf(L, "t:fill_randn: expected an options table {seed=, mean=, std=, offset=}, got %s",
+                          luaL_typename(L, 2));
   static const char *const keys[] = {"seed", "mean", "std", "offset", NULL};
   vsa_arg_check_keys(L, 2, "fill_randn", keys);
   lua_Number seed, mean, std, offset;
   if (!opt_int_field(L, 2, "seed", 0, &seed))
-    luaL_argerror(L, 2, "field 'seed' is required");
+    return vsa_lua_errorf(L, "t:fill_randn: field 'seed' is required");
   opt_int_field(L, 2, "mean", 0, &mean);
   opt_int_field(L, 2, "std", 1, &std);
   opt_int_field(L, 2, "offset", 0, &offset);
@@ -514,6 +562,12 @@ l_fill_randn(lua_State *L)
     return vsa_lua_errorf(L, "fill_randn: field 'std' must be a finite number >= 0");
   if (!(mean > -HUGE_VAL && mean < HUGE_VAL))
     return vsa_lua_errorf(L, "fill_randn: field 'mean' must be a finite number");
+  /* Samples are f32 (then converted): |z| <= 6.7 for Philox's Box-Muller, so
+   * |mean| + 8 std within bf16's largest finite value keeps every sample
+   * finite in every dtype. */
+  if (!(fabs(mean) + 8 * std <= 3.38e38))
+    return vsa_lua_errorf(L, "fill_randn: mean %g and std %g would give infinite samples "
+                          "(need |mean| + 8*std <= 3.38e38, the bf16/f32 range)", mean, std);
   int rc = vsa_tensor_randn(t, (uint64_t)seed, (uint64_t)offset, mean, std);
   if (rc != 0 && vsa_last_error_is_oom()) {
     vsa_reclaim_device_memory(L); /* its f32 staging buffer did not fit */
@@ -527,14 +581,14 @@ l_fill_randn(lua_State *L)
 static int
 l_numel(lua_State *L)
 {
-  lua_pushnumber(L, (lua_Number)vsa_tensor_numel(vsa_lua_checktensor(L, 1)));
+  lua_pushnumber(L, (lua_Number)vsa_tensor_numel(self_of(L, "numel")));
   return 1;
 }
 
 static int
 l_is_contiguous(lua_State *L)
 {
-  lua_pushboolean(L, vsa_tensor_is_contiguous(vsa_lua_checktensor(L, 1)));
+  lua_pushboolean(L, vsa_tensor_is_contiguous(self_of(L, "is_contiguous")));
   return 1;
 }
 
@@ -548,7 +602,7 @@ check_dim(lua_State *L, const vsa_tensor *t, int arg)
 static int
 l_narrow(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "narrow");
   int d = check_dim(L, t, 2);
   int64_t size = t->shape[d];
   int64_t start = check_int(L, 3, "narrow: start", 1, size + 1) - 1;
@@ -562,7 +616,7 @@ l_narrow(lua_State *L)
 static int
 l_select(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "select");
   int d = check_dim(L, t, 2);
   int64_t i = check_int(L, 3, "select: index", 1, t->shape[d]) - 1;
   vsa_tensor *o = push_empty(L);
@@ -574,7 +628,7 @@ l_select(lua_State *L)
 static int
 l_transpose(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "transpose");
   int a = check_dim(L, t, 2), b = check_dim(L, t, 3);
   vsa_tensor *o = push_empty(L);
   vsa_tensor_share(o, t);
@@ -591,17 +645,19 @@ l_transpose(lua_State *L)
 static int
 l_expand(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "expand");
   int64_t shape[VSA_MAX_DIMS];
   int n = parse_shape(L, 2, shape);
-  luaL_argcheck(L, n == t->ndim, 2, "expand keeps the rank");
+  if (n != t->ndim) vsa_lua_errorf(L, "t:expand: the shape must keep the rank %d, got %d entries", t->ndim, n);
   double numel = 1;
   for (int d = 0; d < n; d++) {
-    luaL_argcheck(L, shape[d] == t->shape[d] || t->shape[d] == 1, 2,
-                  "only size-1 dimensions can be expanded");
+    if (!(shape[d] == t->shape[d] || t->shape[d] == 1))
+      vsa_lua_errorf(L, "t:expand: only size-1 dimensions can be expanded (dim %d is %lld, asked %lld)",
+                     d + 1, (long long)t->shape[d], (long long)shape[d]);
     numel *= (double)shape[d];
   }
-  luaL_argcheck(L, numel <= 68719476736.0, 2, "expand: the view would have more than 2^36 elements");
+  if (!(numel <= 68719476736.0))
+    vsa_lua_errorf(L, "t:expand: the view would have more than 2^36 elements");
   vsa_tensor *o = push_empty(L);
   vsa_tensor_share(o, t);
   for (int d = 0; d < n; d++)
@@ -617,13 +673,16 @@ l_expand(lua_State *L)
 static int
 l_reshape(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "reshape");
   int64_t shape[VSA_MAX_DIMS];
   int n = parse_shape(L, 2, shape);
   int64_t cnt = 1;
   for (int d = 0; d < n; d++) cnt *= shape[d];
-  luaL_argcheck(L, cnt == vsa_tensor_numel(t), 2, "element count differs");
-  luaL_argcheck(L, vsa_tensor_is_contiguous(t), 1, "reshape needs a contiguous tensor");
+  if (cnt != vsa_tensor_numel(t))
+    vsa_lua_errorf(L, "t:reshape: %lld elements cannot take a shape of %lld", (long long)vsa_tensor_numel(t),
+                   (long long)cnt);
+  if (!vsa_tensor_is_contiguous(t))
+    vsa_lua_errorf(L, "t:reshape: needs a contiguous tensor (call :contiguous() first)");
   vsa_tensor *o = push_empty(L);
   vsa_tensor_share(o, t);
   o->ndim = n;
@@ -654,7 +713,7 @@ element_offset(lua_State *L, const vsa_tensor *t)
 static int
 l_get(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "get");
   if (lua_gettop(L) != t->ndim + 1)
     return vsa_lua_errorf(L, "get: expected %d indices, got %d", t->ndim, lua_gettop(L) - 1);
   int64_t off = element_offset(L, t);
@@ -682,10 +741,10 @@ l_get(lua_State *L)
 static int
 l_set(lua_State *L)
 {
-  vsa_tensor *t = vsa_lua_checktensor(L, 1);
+  vsa_tensor *t = self_of(L, "set");
   if (lua_gettop(L) != t->ndim + 2)
     return vsa_lua_errorf(L, "set: expected %d indices and a value", t->ndim);
-  double v = luaL_checknumber(L, t->ndim + 2);
+  double v = num_arg(L, t->ndim + 2, "t:set", "value");
   int64_t off = element_offset(L, t);
   vsa_tensor one;
   if (vsa_tensor_alloc(&one, t->dtype, VSA_CPU, 0, NULL, NULL) != 0) vsa_lua_raise(L);
@@ -844,6 +903,14 @@ l_isatty(lua_State *L)
   return 1;
 }
 
+/* vsalab.host_bytes() -> bytes of host memory held by live tensors */
+static int
+l_host_bytes(lua_State *L)
+{
+  lua_pushnumber(L, (lua_Number)vsa_host_bytes_in_use());
+  return 1;
+}
+
 /* vsalab.device_bytes() -> bytes of device memory held by live tensors */
 static int
 l_device_bytes(lua_State *L)
@@ -868,7 +935,7 @@ static const luaL_Reg tensor_functions[] = {
     {"empty", l_empty}, {"zeros", l_zeros},
     {"full", l_full}, {"from_table", l_from_table},
     {"is_tensor", l_is_tensor}, {"set_device", l_set_device},
-    {"cuda_available", l_cuda_available}, {"device_bytes", l_device_bytes},
+    {"cuda_available", l_cuda_available}, {"device_bytes", l_device_bytes}, {"host_bytes", l_host_bytes},
     {"isatty", l_isatty},
     {NULL, NULL}};
 

@@ -182,6 +182,10 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
       }
 
     for (int i = 0; i < nq; i++) {
+      if (vsa_poll_stop() != 0) { /* the fp64 brute force is slow */
+        rc = -1;
+        goto done;
+      }
       /* This q block's mask row. */
       memset(mask, 0, (size_t)nkv);
       for (int t = 0; t < num[i]; t++)

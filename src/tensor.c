@@ -14,6 +14,7 @@
 #include "kernels.h"
 
 static size_t device_bytes; /* live device bytes, for the GC heuristics */
+static size_t host_bytes;   /* live host bytes of tensors, likewise */
 
 // ----------------------------------------------------------------------------
 // dtypes and bf16
@@ -70,6 +71,12 @@ vsa_device_bytes_in_use(void)
   return device_bytes;
 }
 
+size_t
+vsa_host_bytes_in_use(void)
+{
+  return host_bytes;
+}
+
 // ----------------------------------------------------------------------------
 // storage and views
 
@@ -111,8 +118,10 @@ vsa_tensor_alloc(vsa_tensor *t, vsa_dtype dtype, int device, int ndim,
       if (!st->ptr) {
         size_t bytes = st->bytes;
         free(st);
+        if (oom) *oom = 1;
         return vsa_fail("tensor: out of host memory (%zu bytes)", bytes);
       }
+      host_bytes += st->bytes;
     } else {
       cudaError_t e = cudaSetDevice(device);
       if (e == cudaSuccess) e = cudaMalloc(&st->ptr, st->bytes);
@@ -144,6 +153,7 @@ vsa_tensor_release(vsa_tensor *t)
   if (!st || --st->refcount > 0) return;
   if (st->device == VSA_CPU) {
     free(st->ptr);
+    host_bytes -= st->bytes;
   } else if (st->ptr) {
     /* A failing free (sticky error after a fault) must not abort __gc. */
     (void)cudaFree(st->ptr);
@@ -261,13 +271,20 @@ vsa_tensor_set(vsa_tensor *t, int64_t i, double v)
   }
 }
 
-/* Visit every element offset of a strided view in row-major order. */
-#define FOR_EACH_OFFSET(t, off, body)                                        \
+/* Visit every element offset of a strided view in row-major order. Every
+ * VSA_POLL_EVERY elements it polls for an interrupt (a 2^36-element expanded
+ * view takes minutes): then `stopped` is set and the loop ends early. */
+#define FOR_EACH_OFFSET(t, off, stopped, body)                               \
   do {                                                                       \
     int64_t idx_[VSA_MAX_DIMS] = {0};                                        \
     int64_t n_ = vsa_tensor_numel(t);                                        \
     int64_t off = 0;                                                         \
     for (int64_t k_ = 0; k_ < n_; k_++) {                                    \
+      if ((k_ & (VSA_POLL_EVERY - 1)) == VSA_POLL_EVERY - 1 &&               \
+          vsa_poll_stop() != 0) {                                            \
+        stopped = 1;                                                         \
+        break;                                                               \
+      }                                                                      \
       body;                                                                  \
       for (int d_ = (t)->ndim - 1; d_ >= 0; d_--) {                          \
         off += (t)->stride[d_];                                              \
@@ -312,7 +329,12 @@ contiguous_of(vsa_tensor *out, const vsa_tensor *t)
     const char *src = vsa_tensor_data(t);
     char *dst = vsa_tensor_data(out);
     int64_t k = 0;
-    FOR_EACH_OFFSET(t, off, memcpy(dst + (k++) * es, src + off * es, es));
+    int stopped = 0;
+    FOR_EACH_OFFSET(t, off, stopped, memcpy(dst + (k++) * es, src + off * es, es));
+    if (stopped) {
+      vsa_tensor_release(out);
+      return -1;
+    }
     return 0;
   }
   cudaError_t e = vsa_strided_copy(vsa_tensor_data(out), vsa_tensor_data(t),
@@ -344,9 +366,10 @@ vsa_tensor_copy(vsa_tensor *dst, const vsa_tensor *src)
     const char *s = vsa_tensor_data(&c);
     char *d = vsa_tensor_data(dst);
     int64_t k = 0;
-    FOR_EACH_OFFSET(dst, off, memcpy(d + off * es, s + (k++) * es, es));
+    int stopped = 0;
+    FOR_EACH_OFFSET(dst, off, stopped, memcpy(d + off * es, s + (k++) * es, es));
     vsa_tensor_release(&c);
-    return 0;
+    return stopped ? -1 : 0;
   }
   if (!vsa_tensor_is_contiguous(dst))
     return vsa_fail("copy: destination on cuda must be contiguous");
@@ -377,7 +400,13 @@ vsa_tensor_convert(vsa_tensor *dst, const vsa_tensor *src)
   VSA_TRY(contiguous_of(&c, src));
   int64_t n = vsa_tensor_numel(src);
   if (src->device == VSA_CPU) {
-    for (int64_t i = 0; i < n; i++) vsa_tensor_set(dst, i, vsa_tensor_get(&c, i));
+    for (int64_t i = 0; i < n; i++) {
+      if ((i & (VSA_POLL_EVERY - 1)) == VSA_POLL_EVERY - 1 && vsa_poll_stop() != 0) {
+        vsa_tensor_release(&c);
+        return -1;
+      }
+      vsa_tensor_set(dst, i, vsa_tensor_get(&c, i));
+    }
     vsa_tensor_release(&c);
     return 0;
   }
@@ -400,9 +429,10 @@ vsa_tensor_fill(vsa_tensor *t, double value)
     size_t es = vsa_dtype_size(t->dtype);
     const char *v = vsa_tensor_data(&one);
     char *d = vsa_tensor_data(t);
-    FOR_EACH_OFFSET(t, off, memcpy(d + off * es, v, es));
+    int stopped = 0;
+    FOR_EACH_OFFSET(t, off, stopped, memcpy(d + off * es, v, es));
     vsa_tensor_release(&one);
-    return 0;
+    return stopped ? -1 : 0;
   }
   if (!vsa_tensor_is_contiguous(t))
     return vsa_fail("fill: a cuda tensor must be contiguous");
@@ -471,7 +501,10 @@ vsa_tensor_randn(vsa_tensor *t, uint64_t seed, uint64_t offset, double mean,
   CURAND_TRY(curandGenerateNormal(g, buf, (size_t)n2, (float)mean, (float)std));
   if (!direct) {
     if (on_host) {
-      for (int64_t i = 0; i < n; i++) vsa_tensor_set(t, i, buf[i]);
+      for (int64_t i = 0; i < n && rc == 0; i++) {
+        if ((i & (VSA_POLL_EVERY - 1)) == VSA_POLL_EVERY - 1) rc = vsa_poll_stop();
+        vsa_tensor_set(t, i, buf[i]);
+      }
     } else {
       cudaError_t e = vsa_convert(vsa_tensor_data(t), t->dtype, buf, VSA_F32,
                                   n, 0);

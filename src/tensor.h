@@ -52,10 +52,12 @@ size_t vsa_dtype_size(vsa_dtype t);
 
 /* Bytes of device memory currently held by live storages (all devices). */
 size_t vsa_device_bytes_in_use(void);
+/* Bytes of host memory held by live tensor storages. */
+size_t vsa_host_bytes_in_use(void);
 
-/* Allocate a contiguous tensor; contents undefined. On a CUDA allocation
- * failure the error is cudaErrorMemoryAllocation and *oom is set to 1, so a
- * caller can collect garbage and retry. */
+/* Allocate a contiguous tensor; contents undefined. On an allocation failure
+ * (cudaErrorMemoryAllocation, or host malloc) *oom is set to 1, so a caller
+ * can collect garbage and retry. */
 int vsa_tensor_alloc(vsa_tensor *t, vsa_dtype dtype, int device, int ndim,
                      const int64_t *shape, int *oom);
 /* Drop this view's reference (frees the storage at zero). Idempotent. */
