@@ -1,5 +1,5 @@
 -- invert_bench.lua — the q2k -> k2q inversion at the anchor shapes of
--- ../shared/ANCHORS.md (public Triton inversion, H200), on the GPU:
+-- docs/ANCHORS.md (public Triton inversion, H200), on the GPU:
 --   build/vsalab run experiments/invert_bench.lua [repeats=50]
 -- Each shape: random top-k lists, the GPU inversion timed (kernel only,
 -- median of CUDA-event samples, validation read-back off), checked bitwise
@@ -9,6 +9,7 @@ local exp = require "vsalab.experiment"
 local report = require "vsalab.report"
 
 local a = exp.args(arg, {repeats = 50})
+exp.require_gpu("invert_bench")
 local shapes = {
   {label = "4k B1 H8 25%", H = 8, nblocks = 64, density = 0.25, anchor_ms = 0.021},
   {label = "32k B1 H8 25%", H = 8, nblocks = 512, density = 0.25, anchor_ms = 0.272},

@@ -19,7 +19,7 @@ for _, p in ipairs(sw:points()) do
   configs[#configs + 1] = p
 end
 
--- ../shared/ANCHORS.md: public Triton VSA backward, H200, B1 H8 25%.
+-- docs/ANCHORS.md: public Triton VSA backward, H200, B1 H8 25%.
 local triton = {[4096] = 225, [8192] = 296, [16384] = 328, [32768] = 335,
   [65536] = 333, [131072] = 293}
 exp.run{name = "seed_sweep", device = "cuda", configs = configs,

@@ -14,10 +14,15 @@ vsa_device_count(int *n)
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     *n = 0;
+    /* Without an NVIDIA driver the runtime says "driver version is
+     * insufficient": that would send a user to upgrade a driver that is
+     * not there. */
+    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
+      return vsa_fail("no CUDA device: no NVIDIA GPU or driver found (%s)", cudaGetErrorName(e));
     return vsa_fail("no CUDA device: %s (%s)", cudaGetErrorName(e),
                     cudaGetErrorString(e));
   }
-  if (*n == 0) return vsa_fail("no CUDA device: none found");
+  if (*n == 0) return vsa_fail("no CUDA device: no NVIDIA GPU or driver found");
   return 0;
 }
 

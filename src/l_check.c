@@ -98,8 +98,8 @@ field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
  *   o=?, lse=?, sm_scale=?, bh=?, q_blocks=?, kv_blocks=?}
  *   -> {o=, lse=, dq=, dk=, dv=}: f64 CPU tensors (dq, dk carry sm_scale).
  * fp64 brute force on the host (src/oracle.c). With o/lse given it computes
- * the backward of those (the backward's contract); otherwise its own
- * forward. bh (0-based b*H+h), q_blocks and kv_blocks restrict the work to
+ * the backward of those (the backward's contract) and returns them as its
+ * o/lse (f64 copies); otherwise its own forward. sm_scale in [1e-30, 1e30]. bh (0-based b*H+h), q_blocks and kv_blocks restrict the work to
  * a spot check; rows not produced stay NaN. */
 static int
 l_oracle(lua_State *L)
@@ -142,8 +142,11 @@ l_oracle(lua_State *L)
   vsa_oracle_args a = {0};
   a.B = (int)d.B; a.H = (int)d.H; a.Sq = (int)d.Sq; a.Skv = (int)d.Skv; a.D = (int)d.D;
   a.sm_scale = vsa_arg_num(L, 1, "sm_scale", 1.0 / sqrt((double)d.D));
-  if (!(a.sm_scale > 0) || !isfinite(a.sm_scale))
-    return vsa_lua_errorf(L, "field 'sm_scale' must be a positive finite number");
+  /* The kernels' range: beyond it logits overflow even in fp64 and rows
+   * come out inf/NaN instead of an error. */
+  if (!(a.sm_scale >= 1e-30 && a.sm_scale <= 1e30))
+    return vsa_lua_errorf(L, "oracle: field 'sm_scale' must be a number in [1e-30, 1e30], got %g",
+                          a.sm_scale);
   a.q = vsa_tensor_data(q); a.k = vsa_tensor_data(k); a.v = vsa_tensor_data(v);
   a.dO = vsa_tensor_data(dO);
   a.o_in = o ? vsa_tensor_data(o) : NULL;
@@ -167,6 +170,10 @@ l_oracle(lua_State *L)
   if (vsa_oracle(&a, vsa_tensor_data(outs[0]), vsa_tensor_data(outs[1]),
                  vsa_tensor_data(outs[2]), vsa_tensor_data(outs[3]),
                  vsa_tensor_data(outs[4])) != 0)
+    return vsa_lua_raise(L);
+  /* Given a forward, the result's o and lse are that forward (as f64),
+   * not NaN placeholders. */
+  if (o && (vsa_tensor_copy(outs[0], o) != 0 || vsa_tensor_copy(outs[1], lse) != 0))
     return vsa_lua_raise(L);
   return 1;
 }

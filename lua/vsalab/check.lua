@@ -32,6 +32,10 @@ function M.check_outputs(outs, refs, opts)
   for _, name in ipairs(names) do
     local x, r = outs[name], refs[name]
     if not (x and r) then error("check_outputs: missing output '" .. tostring(name) .. "'", 2) end
+    -- Zero elements compared is a check of nothing: never a pass.
+    if core.is_tensor(x) and not x.freed and x:numel() == 0 then
+      error("check_outputs: output '" .. tostring(name) .. "' has no elements (a check of nothing)", 2)
+    end
     local c = core.compare(x, r)
     local tol = (opts.tols and opts.tols[name]) or opts.tol or 1e-2
     c.passed = c.nonfinite == 0 and c.rel_l2 == c.rel_l2 and c.rel_l2 < tol

@@ -48,11 +48,24 @@ function M.parse(cmd, argv, spec)
   return o, rest
 end
 
--- The results DB at path, read-only (or nil after printing why).
+-- The results DB at path, read-only (or nil after printing why). Damage
+-- SQLite finds later, mid-read, is the file's problem, not a bug: q raises
+-- it as a usage error (exit 2, no traceback), as damage found at open is.
 function M.open_db(cmd, path)
   local ok, db = pcall(core.db_open, path, {readonly = true})
   if not ok then return M.fail(cmd, tostring(db)) end
-  return db
+  local proxy = {}
+  function proxy.q(_, ...)
+    local okq, rows = pcall(db.q, db, ...)
+    if okq then return rows end
+    local msg = tostring(rows)
+    if msg:find("malformed", 1, true) or msg:find("not a database", 1, true) then
+      require("vsalab.usage").error(cmd .. ": " .. path .. " is damaged: " .. msg)
+    end
+    error(rows, 0)
+  end
+  function proxy.close() return db:close() end
+  return proxy
 end
 
 return M

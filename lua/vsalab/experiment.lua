@@ -1,7 +1,9 @@
 -- The main-job flow shared by experiments/*.lua.
 --
 -- run{name=, device='cuda', sweep=sw (vsalab.sweep) or configs={...},
---     check=..., seed=, anchors=}
+--     check=..., seed=, anchors=, kernels=}
+-- kernels: the backward names to time and check ({name=true,...}, see
+-- M.kernel_set); nil: every backward available on the device.
 -- For each point {B, H, D, latent={T,H,W} | Sq, density | topk, ragged}:
 --   build inputs with cuRAND and random top-k lists, invert them (timed),
 --   run the reference forward, then every backward available on the device:
@@ -19,25 +21,27 @@ local backends = require "vsalab.backends"
 local problem = require "vsalab.problem"
 local report = require "vsalab.report"
 local run = require "vsalab.run"
+local usage = require "vsalab.usage"
 
 local M = {}
 
--- Parse script arguments "key=value" (values: numbers or comma lists).
+-- Parse script arguments "key=value" (values: numbers or comma lists); a
+-- malformed or unknown one is a usage error (exit 2, no traceback).
 function M.args(argv, defaults)
   local o = {}
   for k, v in pairs(defaults or {}) do o[k] = v end
   for _, a in ipairs(argv or {}) do
     local k, v = a:match("^([%w_]+)=(.*)$")
     if not k and a:match("^%-%-") then
-      error("argument '" .. a .. "': vsalab's options go before the script "
-        .. "(vsalab run [options] SCRIPT [key=value ...])", 0)
+      usage.error("argument '" .. a .. "': vsalab's options go before the script "
+        .. "(vsalab run [options] SCRIPT [key=value ...])")
     end
-    if not k then error("argument '" .. a .. "': expected key=value", 0) end
+    if not k then usage.error("argument '" .. a .. "': expected key=value") end
     if defaults and defaults[k] == nil then
       local known = {}
       for name in pairs(defaults) do known[#known + 1] = name end
       table.sort(known)
-      error("argument '" .. k .. "': unknown (known: " .. table.concat(known, ", ") .. ")", 0)
+      usage.error("argument '" .. k .. "': unknown (known: " .. table.concat(known, ", ") .. ")")
     end
     if v:find(",") or type(defaults and defaults[k]) == "table" then
       local l = {}
@@ -74,6 +78,43 @@ function M.point_seed(run_seed, hash)
   return (run_seed % 2^20) * 2^20 + tonumber(hash, 16) % 2^20
 end
 
+-- The kernels an experiment times, from its `kernels=` argument: nil or
+-- "default" the native backward of the device (backends.pick: sm90a on
+-- an H100/H200, the reference elsewhere); "all" every backward available
+-- (variants and the reference included: nil is returned); otherwise a name
+-- or a list of names (each must be registered). with_reference adds the
+-- reference as a timed row. Returns a set {name = true} or nil (all).
+function M.kernel_set(device, spec, with_reference)
+  if spec == "all" then return nil end
+  local set = {}
+  if spec == nil or spec == "default" then
+    local ok, b = pcall(backends.pick, device == "cpu" and "cpu" or "cuda", {D = 128})
+    set[ok and b.name or "reference"] = true
+  else
+    for _, name in ipairs(type(spec) == "table" and spec or {spec}) do
+      local okg = pcall(backends.get, tostring(name))
+      if not okg then
+        local known = {}
+        for _, b in ipairs(backends.list) do known[#known + 1] = b.name end
+        usage.error("argument 'kernels': no backward '" .. tostring(name) .. "' (known: "
+          .. table.concat(known, ", ") .. ", or all / default)")
+      end
+      set[tostring(name)] = true
+    end
+  end
+  if with_reference then set.reference = true end
+  return set
+end
+
+-- Stop (a usage error: exit 2, no traceback) unless a CUDA device is here:
+-- "wan720p needs a CUDA device: no NVIDIA GPU or driver found".
+function M.require_gpu(name)
+  local ok, why = core.cuda_available()
+  if not ok then
+    usage.error(name .. " needs a CUDA device: " .. tostring(why):gsub("^no CUDA device: ", ""))
+  end
+end
+
 function M.run(e)
   local device = e.device or "cuda"
   if e.sweep then
@@ -86,8 +127,7 @@ function M.run(e)
     end
   end
   if device ~= "cpu" then
-    local ok, why = core.cuda_available()
-    if not ok then error(e.name .. " needs a CUDA device: " .. tostring(why), 0) end
+    M.require_gpu(e.name)
   else
     local timing = (package.loaded.vsalab.context or {}).timing
     if timing and timing ~= "hot" then
@@ -197,7 +237,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
     local done = e.measured[hash] or {}
     local todo = {}
     for _, b in ipairs(backends.available(device)) do
-      if not done[b.name] and not (c.skip and c.skip[b.name])
+      if not done[b.name] and not (c.skip and c.skip[b.name]) and not (e.kernels and not e.kernels[b.name])
           and not (c.only_kernel and c.only_kernel ~= b.name) then
         todo[#todo + 1] = b.name
       end
@@ -223,7 +263,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
       row.kernel = "invert"
       timing(row, st)
       row.note = "q2k -> k2q inversion, deterministic"
-      row.extra = {seed = p.seed, point = M.point_of(c)}
+      row.extra = {seed = p.seed, point = M.point_of(c), clock = st.clock}
       row.point_hash = hash
       row.id = run.log(row)
       rows[#rows + 1] = row
@@ -234,7 +274,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
     if device ~= "cpu" and tonumber(os.getenv("VSALAB_FAULT_AT") or "") == i then core.gpu_fault() end
     for _, b in ipairs(backends.available(device, p)) do
       if not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name)
-          and not done[b.name] then
+          and not done[b.name] and not (e.kernels and not e.kernels[b.name]) then
         report.progress(i - 1, n, label .. ": " .. b.name .. " backward")
         -- With b.timed, a first call sizes the buffers (and scratch), they are
         -- NaN-filled again and the timed calls (kernel only) write them: the
@@ -316,7 +356,7 @@ function M.summary(rows, anchors, gemm)
     {key = "kernel"}, {key = "B", fmt = "%d"}, {key = "H", fmt = "%d"}, {key = "S", fmt = "%d"},
     {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
     {key = "ms", title = "ms (median)", fmt = "%.3f"},
-    {key = "tflops", title = "TFLOPS", fmt = "%.1f"},
+    {key = "tflops", title = "TFLOPS", fmt = "%.4g"}, -- CPU rows are ~0.001
     {key = "gemm", title = "% GEMM", fmt = "%.0f"},
     {key = "dq", title = "dq rel L2", fmt = "%.2e"},
     {key = "dk", title = "dk rel L2", fmt = "%.2e"},

@@ -1,12 +1,18 @@
 -- vsalab report: one self-contained HTML file (inline SVG and CSS, no
 -- network, no JavaScript) for a PR or a notebook.
 --
---   vsalab report [--db PATH] [-o report.html] [RUN...]   (default: latest)
+--   vsalab report [--db PATH] [-o report.html] [RUN...]
 --
--- Per run: its environment; per experiment: TFLOPS on selected blocks
--- against tokens (log2 axis), one series per kernel and density, with the
--- published Triton anchors of ../shared/ANCHORS.md dashed where the shape
--- matches; the worst error per output per kernel; and every row.
+-- Default run: the latest one with timed rows that is not a `rerun` (a
+-- one-row rerun says little), else the latest. Per run: its environment;
+-- per experiment: TFLOPS on selected blocks against the axis its points
+-- vary along (tokens on a log2 axis; else density or heads), one series
+-- per kernel (and density when that is not the axis), with the published
+-- Triton anchors of docs/ANCHORS.md dashed where the shape matches; the
+-- worst error per output per kernel; and every row, one line each, every
+-- column visible. The file is written to a temporary file beside -o and
+-- renamed over it only when every write succeeded, so a full disk leaves
+-- an earlier report as it was (exit 1).
 local core = require "vsalab.core"
 local cli = require "vsalab.cli"
 
@@ -32,22 +38,28 @@ end
 local palette = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
   "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"}
 
--- An SVG line chart: series = {{name, color, dashed, points = {{x, y}...}}}.
-local function chart(title, series)
+-- An SVG line chart: series = {{name, color, dashed, points = {{x, y}...}}};
+-- axis = {label=, log2=} (default tokens on a log2 axis).
+local function chart(title, series, axis)
+  axis = axis or {label = "tokens (log2)", log2 = true}
+  local tx = axis.log2 and function(v) return math.log(v) / math.log(2) end or function(v) return v end
   local W, Hh, L, R, T, B = 820, 360, 64, 290, 34, 46
   local xmin, xmax, ymax = math.huge, -math.huge, 0
   for _, s in ipairs(series) do
     for _, p in ipairs(s.points) do
-      local x = math.log(p[1]) / math.log(2)
+      local x = tx(p[1])
       xmin, xmax = math.min(xmin, x), math.max(xmax, x)
       ymax = math.max(ymax, p[2])
     end
   end
   if xmin == math.huge then return "" end
-  if xmax == xmin then xmin, xmax = xmin - 1, xmax + 1 end
+  if xmax == xmin then
+    local pad = axis.log2 and 1 or math.max(math.abs(xmin) * 0.1, 0.05)
+    xmin, xmax = xmin - pad, xmax + pad
+  end
   ymax = ymax > 0 and ymax * 1.12 or 1
   local pw, ph = W - L - R, Hh - T - B
-  local function X(v) return L + (math.log(v) / math.log(2) - xmin) / (xmax - xmin) * pw end
+  local function X(v) return L + (tx(v) - xmin) / (xmax - xmin) * pw end
   local function Y(v) return T + ph - v / ymax * ph end
   local o = {string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img">', W, Hh, W, Hh)}
   o[#o + 1] = string.format('<text x="%d" y="20" font-size="15" font-weight="600">%s</text>', L, esc(title))
@@ -58,15 +70,20 @@ local function chart(title, series)
     o[#o + 1] = string.format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>', L, Y(y), L + pw, Y(y))
     o[#o + 1] = string.format('<text x="%d" y="%.1f" font-size="11" text-anchor="end" fill="#444">%g</text>', L - 6, Y(y) + 4, y)
   end
-  for e = math.ceil(xmin), math.floor(xmax) do
-    local v = 2 ^ e
-    local label = v >= 1024 and string.format("%gk", v / 1024) or tostring(v)
+  local ticks = {}
+  if axis.log2 then
+    for e = math.ceil(xmin), math.floor(xmax) do ticks[#ticks + 1] = 2 ^ e end
+  else
+    for _, v in ipairs(axis.values or {}) do ticks[#ticks + 1] = v end
+  end
+  for _, v in ipairs(ticks) do
+    local label = (axis.log2 and v >= 1024) and string.format("%gk", v / 1024) or string.format("%g", v)
     o[#o + 1] = string.format('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#f0f0f0"/>', X(v), T, X(v), T + ph)
     o[#o + 1] = string.format('<text x="%.1f" y="%d" font-size="11" text-anchor="middle" fill="#444">%s</text>', X(v), T + ph + 16, label)
   end
   o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>', L, T + ph, L + pw, T + ph)
   o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>', L, T, L, T + ph)
-  o[#o + 1] = string.format('<text x="%d" y="%d" font-size="12" text-anchor="middle">tokens (log2)</text>', L + math.floor(pw / 2), Hh - 8)
+  o[#o + 1] = string.format('<text x="%d" y="%d" font-size="12" text-anchor="middle">%s</text>', L + math.floor(pw / 2), Hh - 8, esc(axis.label))
   o[#o + 1] = string.format('<text transform="translate(16,%d) rotate(-90)" font-size="12" text-anchor="middle">TFLOPS on selected blocks</text>', T + math.floor(ph / 2))
   -- series and legend
   for i, s in ipairs(series) do
@@ -76,8 +93,8 @@ local function chart(title, series)
     o[#o + 1] = string.format('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>',
       s.color, s.dashed and ' stroke-dasharray="6 4"' or "", table.concat(pts, " "))
     for _, p in ipairs(s.points) do
-      o[#o + 1] = string.format('<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s: %g tokens, %.1f TFLOPS</title></circle>',
-        X(p[1]), Y(p[2]), s.color, esc(s.name), p[1], p[2])
+      o[#o + 1] = string.format('<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s: %s %g, %.4g TFLOPS</title></circle>',
+        X(p[1]), Y(p[2]), s.color, esc(s.name), esc(axis.key or "tokens"), p[1], p[2])
     end
     local ly = T + 8 + (i - 1) * 18
     o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>',
@@ -89,12 +106,13 @@ local function chart(title, series)
 end
 
 local css = [[
-body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
+h1,h2,.note,.muted,svg{max-width:1100px}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:8px 0;font-size:12.5px} td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 th{background:#f6f6f6} td.l,th.l{text-align:left} .muted{color:#777} .fail{color:#b00;font-weight:600}
 .pass{color:#070} .note{background:#fffbe6;border:1px solid #f0e0a0;padding:6px 10px;margin:8px 0}
-td.wrap{max-width:260px;white-space:normal;text-align:left} .scroll{overflow-x:auto}
+table.rows td,table.rows th{white-space:nowrap;padding:2px 5px;font-size:11.5px} td.note{text-align:left}
 ]]
 
 -- The HTML text for runs (ids) of db.
@@ -115,20 +133,42 @@ function M.render(db, ids)
     end
     o[#o + 1] = "</table>"
     local rows = db:q([[SELECT * FROM result_summary WHERE run_id = ? ORDER BY experiment, kernel, H, density, Sq]], id)
-    -- One chart per experiment (and head count): kernel x density series.
-    local groups, order = {}, {}
+    -- One chart per experiment, against the axis its points vary along:
+    -- tokens (log2) when Sq varies, else density, else heads (a sweep of
+    -- densities at one token count would otherwise draw one dot).
+    local timed = {}
     for _, r in ipairs(rows) do
-      if r.tflops and r.Sq and r.kernel ~= "gemm_bf16" then
-        local g = r.experiment .. " · B" .. tostring(r.B) .. " H" .. tostring(r.H) .. " D" .. tostring(r.D)
-        if not groups[g] then groups[g] = {series = {}, H = r.H}; order[#order + 1] = g end
-        local key = string.format("%s %.0f%%", r.kernel, 100 * (r.density or 0))
-        local s = groups[g].series[key]
-        if not s then
-          s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0}
-          groups[g].series[key] = s
-        end
-        s.points[#s.points + 1] = {r.Sq, r.tflops}
+      if r.tflops and r.Sq and r.kernel ~= "gemm_bf16" then timed[#timed + 1] = r end
+    end
+    local varies = {}
+    for _, r in ipairs(timed) do
+      local v = varies[r.experiment] or {Sq = {}, density = {}, H = {}}
+      varies[r.experiment] = v
+      v.Sq[r.Sq] = true
+      v.density[string.format("%.6f", r.density or 0)] = true
+      v.H[r.H or 0] = true
+    end
+    local function count(t) local n = 0 for _ in pairs(t) do n = n + 1 end return n end
+    local groups, order = {}, {}
+    for _, r in ipairs(timed) do
+      local v = varies[r.experiment]
+      local x = count(v.Sq) > 1 and "Sq" or count(v.density) > 1 and "density" or count(v.H) > 1 and "H" or "Sq"
+      local g = r.experiment .. " · B" .. tostring(r.B) .. " D" .. tostring(r.D)
+      if x ~= "H" then g = g .. " H" .. tostring(r.H) end
+      if x ~= "Sq" then g = g .. " S" .. tostring(r.Sq) end
+      if not groups[g] then
+        groups[g] = {series = {}, H = r.H, x = x, values = {}}
+        order[#order + 1] = g
       end
+      local key = x == "density" and r.kernel or string.format("%s %.0f%%", r.kernel, 100 * (r.density or 0))
+      local s = groups[g].series[key]
+      if not s then
+        s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0}
+        groups[g].series[key] = s
+      end
+      local xv = r[x] or 0
+      groups[g].values[xv] = true
+      s.points[#s.points + 1] = {xv, r.tflops}
     end
     local any_anchor = false
     for _, g in ipairs(order) do
@@ -140,13 +180,22 @@ function M.render(db, ids)
         return a.density < b.density
       end)
       for i, s in ipairs(series) do s.color = palette[(i - 1) % #palette + 1] end
-      for _, a in ipairs(M.anchors) do
-        if a.H == groups[g].H then
-          series[#series + 1] = {name = a.name, color = "#555", dashed = true, points = a.points}
-          any_anchor = true
+      local axis
+      if groups[g].x == "Sq" then
+        for _, a in ipairs(M.anchors) do
+          if a.H == groups[g].H then
+            series[#series + 1] = {name = a.name, color = "#555", dashed = true, points = a.points}
+            any_anchor = true
+          end
         end
+      else
+        local vals = {}
+        for xv in pairs(groups[g].values) do vals[#vals + 1] = xv end
+        table.sort(vals)
+        axis = {label = groups[g].x == "H" and "heads" or "density (selected share of kv blocks)",
+          key = groups[g].x, values = vals}
       end
-      o[#o + 1] = chart(g, series)
+      o[#o + 1] = chart(g, series, axis)
     end
     if #order == 0 then o[#o + 1] = '<div class="note">No timed rows with TFLOPS in this run.</div>' end
     local gemm = db:q("SELECT tflops FROM result WHERE run_id = ? AND kernel = 'gemm_bf16' ORDER BY id DESC LIMIT 1", id)[1]
@@ -157,7 +206,7 @@ function M.render(db, ids)
       o[#o + 1] = '<div class="note">The bf16 GEMM ceiling was not measured in this run, so no "% of GEMM" figure is shown.</div>'
     end
     if any_anchor then
-      o[#o + 1] = '<div class="note">Dashed lines are published figures (../shared/ANCHORS.md) from another run on the same kind of card, not side-by-side measurements.</div>'
+      o[#o + 1] = '<div class="note">Dashed lines are published figures (docs/ANCHORS.md) from another run on the same kind of card, not side-by-side measurements.</div>'
     end
     -- Worst error per output per kernel.
     local errs = db:q([[SELECT r.kernel, e.output, max(e.rel_l2) AS worst, sum(e.passed = 0) AS failed, count(*) AS n
@@ -171,7 +220,7 @@ function M.render(db, ids)
       end
       o[#o + 1] = "</table>"
     end
-    o[#o + 1] = '<h2>All rows</h2><div class="scroll"><table><tr>'
+    o[#o + 1] = '<h2>All rows</h2><table class="rows"><tr>'
     local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
     for _, r in ipairs(rows) do
       if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
@@ -182,14 +231,15 @@ function M.render(db, ids)
       o[#o + 1] = "<tr>"
       for _, c in ipairs(cols) do
         local v = r[c]
-        local f = ({density = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.1f", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
-        local cls = c == "note" and "wrap" or ((c == "experiment" or c == "kernel" or c == "worst_output") and "l" or "")
+        -- TFLOPS with 4 significant digits: CPU rows are ~0.001 (not 0.0).
+        local f = ({density = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.4g", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
+        local cls = c == "note" and "note" or ((c == "experiment" or c == "kernel" or c == "worst_output") and "l" or "")
         if c == "passed" and v ~= nil then cls = v == 1 and "pass" or "fail"; v = v == 1 and "pass" or "FAIL" end
         o[#o + 1] = string.format('<td class="%s">%s</td>', cls, fmt(v, f))
       end
       o[#o + 1] = "</tr>"
     end
-    o[#o + 1] = "</table></div>"
+    o[#o + 1] = "</table>"
   end
   o[#o + 1] = "</body></html>\n"
   return table.concat(o, "\n")
@@ -201,9 +251,15 @@ function M.main(argv)
     options = {["-o"] = {key = "out"}}})
   if not o then return 2 end
   local out = o.out or "report.html"
-  if #refs == 0 then refs = {"latest"} end
   local db = cli.open_db("report", o.db)
   if not db then return 2 end
+  if #refs == 0 then
+    -- The latest run with timed rows that is not a rerun, else the latest.
+    local r = db:q([[SELECT run.id FROM run WHERE coalesce(script, '') NOT LIKE 'rerun of row %'
+      AND EXISTS (SELECT 1 FROM result WHERE run_id = run.id AND ms_median IS NOT NULL)
+      ORDER BY run.id DESC LIMIT 1]])[1]
+    refs = {r and tostring(r.id) or "latest"}
+  end
   local ids = {}
   for _, ref in ipairs(refs) do
     local okr, id = pcall(require("vsalab.compare").resolve, db, ref)
@@ -228,10 +284,22 @@ function M.main(argv)
     io.stderr:write("vsalab report: -o ", out, " exists and is not an HTML report; not overwritten\n")
     return 2
   end
-  local f, err = io.open(out, "w")
+  -- A temporary file beside out, renamed over it once every write and the
+  -- close succeeded: a full disk leaves no half report and keeps the old.
+  local tmp = string.format("%s.tmp-%d", out, (package.loaded.vsalab.context or {}).pid or 0)
+  local f, err = io.open(tmp, "wb")
   if not f then io.stderr:write("vsalab report: ", tostring(err), "\n"); return 2 end
-  f:write(html)
-  f:close()
+  local okw, werr = f:write(html)
+  local okf, ferr = f:flush()
+  local okc, cerr = f:close()
+  local okr, rerr = nil, nil
+  if okw and okf and okc then okr, rerr = os.rename(tmp, out) end
+  if not okr then
+    os.remove(tmp)
+    io.stderr:write("vsalab report: could not write ", out, ": ",
+      tostring(werr or ferr or cerr or rerr), " (an earlier file there is unchanged)\n")
+    return 1
+  end
   print(string.format("wrote %s (%d bytes, runs %s)", out, #html, table.concat(ids, ", ")))
   return 0
 end

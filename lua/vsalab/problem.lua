@@ -1,7 +1,7 @@
 -- A block-sparse attention problem: inputs, block lists, forward outputs.
 --
 -- build{B=1, H=, Sq=, Skv=Sq, D=128, density= | topk=, ragged=false,
---   seed=, device='cuda', latent={T,H,W} (then Sq = Skv = 64·blocks and
+--   seed=, device (default 'cuda' when a GPU is here, else 'cpu'), latent={T,H,W} (then Sq = Skv = 64·blocks and
 --   variable_block_sizes come from 4×4×4 tiles of the latent), sm_scale=
 --   1/sqrt(D), forward=true}
 -- -> p = {B, H, Sq, Skv, D, nq, nkv, topk, density, pairs, seed, sm_scale,
@@ -17,8 +17,13 @@ local function tensor(shape, dev, seed)
   return core.empty(shape, {dtype = "bf16", device = dev}):fill_randn{seed = seed}
 end
 
+-- The device build{} uses when none is given: the GPU when there is one.
+function M.default_device()
+  return core.cuda_available() and "cuda" or "cpu"
+end
+
 function M.build(s)
-  local dev = s.device or "cuda"
+  local dev = s.device or M.default_device()
   local B, H, D = s.B or 1, assert(s.H, "H is required"), s.D or 128
   local seed = s.seed
   if type(seed) ~= "number" or seed < 0 or seed ~= math.floor(seed) or seed >= 2^48 then

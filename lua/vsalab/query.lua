@@ -148,6 +148,9 @@ function M.main(argv)
     local sql = table.remove(o.rest, 1)
     local vals = {}
     for i, v in ipairs(o.rest) do vals[i] = tonumber(v) or v end
+    -- Lua passes at most a few thousand values to a call; SQLite binds
+    -- ?1..?32766: beyond 999 a statement is not what anyone typed.
+    if #vals > 999 then return fail(string.format("at most 999 values, got %d", #vals)) end
     local okq, rows = pcall(db.q, db, sql, unpack(vals))
     if not okq then return fail(tostring(rows), 1) end
     M.print_rows(rows, rows.columns or columns_of(rows), o.format)

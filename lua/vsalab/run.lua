@@ -109,7 +109,9 @@ function M.current()
   if state then return state end
   local ctx = context()
   local path = ctx.db_path or "results.db"
-  local db = core.db_open(path)
+  -- A --db that cannot be opened is the user's to fix: a usage error.
+  local ok, db = pcall(core.db_open, path)
+  if not ok then require("vsalab.usage").error(tostring(db)) end
   local id
   if ctx.resume then
     -- --resume RUN (checked by adopt_resume): the same run row goes on;

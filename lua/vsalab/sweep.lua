@@ -23,6 +23,7 @@
 --   -a name=[start:stop:step]   -a name[pow2]=[10:20]   (2^10 .. 2^20)
 -- An override of an unknown axis, or of a zipped one, is an error.
 local bit = require "bit"
+local usage = require "vsalab.usage"
 
 local M = {}
 local Sweep = {}
@@ -157,8 +158,14 @@ local function parse_values(text, pow2)
 end
 
 -- Apply "-a name=values" pairs found in argv (the script's arg table);
--- returns the arguments that are not overrides.
+-- returns the arguments that are not overrides. A malformed override is a
+-- usage error (vsalab.usage: exit 2, no traceback).
+local override
 function Sweep:override(argv)
+  return usage.wrap(override, self, argv)
+end
+
+function override(self, argv)
   local rest = {}
   local i = 1
   while argv and i <= #argv do
@@ -214,7 +221,7 @@ function Sweep:points()
   local total = #zrows
   for _, ax in ipairs(self.axes) do total = total * #ax.values end
   if total > M.max_points then
-    error(string.format("sweep: %.0f points, more than %d (narrow an axis)", total, M.max_points), 0)
+    usage.error(string.format("sweep: %.0f points, more than %d (narrow an axis)", total, M.max_points))
   end
   local function rec(d, pt)
     if d > #self.axes then

@@ -11,7 +11,8 @@ end
 
 -- Log one synthetic run: per point, 20 samples of median_ms·scale·(1 + noise·N(0,1)).
 local function synthetic_run(db, scale, noise, passed, mode, sizes)
-  local id = db:begin_run{script = "synthetic"}
+  -- A GPU run: its rows are CUDA-event timings (host-clock rows get a wider floor).
+  local id = db:begin_run{script = "synthetic", gpu_name = "NVIDIA H200"}
   for _, S in ipairs(sizes or {4096, 8192, 16384, 32768}) do
     for _, kernel in ipairs{"sm90a", "reference"} do
       local base = S / 4096 * (kernel == "sm90a" and 0.25 or 3.0)
