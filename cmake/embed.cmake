@@ -27,7 +27,10 @@ foreach(f IN LISTS lua_files sql_files upgrade_files)
   string(LENGTH "${hex}" hexlen)
   math(EXPR nbytes "${hexlen} / 2")
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," arr "${hex}")
-  string(APPEND body "  {\"${name}\", \"${kind}\", \"@${f}\", ${nbytes}, (const char[]){${arr}0}},\n")
+  # Chunk names are module paths (@vsalab/problem.lua:58 in
+  # tracebacks), not this build machine's absolute paths.
+  file(RELATIVE_PATH rel ${ROOT}/lua ${f})
+  string(APPEND body "  {\"${name}\", \"${kind}\", \"@${rel}\", ${nbytes}, (const char[]){${arr}0}},\n")
 endforeach()
 string(APPEND body "  {0, 0, 0, 0, 0}\n};\n")
 file(WRITE ${OUT}.tmp "${body}")

@@ -350,6 +350,18 @@ setup(lua_State *L)
   }
   lua_pushinteger(L, (lua_Integer)getpid());
   lua_setfield(L, -2, "pid");
+  /* When the invocation started (UTC, SQLite's format): the run row begins
+   * at the first log, but its started_at is this. */
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  struct tm tm;
+  gmtime_r(&now.tv_sec, &tm);
+  char when[64];
+  snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+           (int)(now.tv_nsec / 1000000));
+  lua_pushstring(L, when);
+  lua_setfield(L, -2, "started_at");
   char host[256] = "unknown";
   (void)gethostname(host, sizeof host - 1);
   lua_pushstring(L, host);

@@ -125,6 +125,8 @@ function M.current()
     id = r.id
   else
     id = db:begin_run(M.environment())
+    -- The run began with the script, not at its first row.
+    if ctx.started_at then db:q("UPDATE run SET started_at = ? WHERE id = ?", ctx.started_at, id) end
   end
   state = {db = db, id = id, path = path, resumed = ctx.resume ~= nil}
   return state
@@ -173,11 +175,27 @@ function M.log(row)
   return r.db:log(t)
 end
 
+-- Close the run row. Another writer may hold the lock past the 5 s busy
+-- timeout (a long transaction): the close waits up to a minute for it, then
+-- tries twice more. If it still cannot be written (a full disk), the error
+-- says which run stays 'running' and why, and how to close it by hand.
 function M.finish(status, err)
   if not state then return end
-  state.db:end_run(state.id, status, err)
-  state.db:close()
+  local s = state
+  pcall(s.db.q, s.db, "PRAGMA busy_timeout = 60000")
+  local ok, why
+  for _ = 1, 3 do
+    ok, why = pcall(s.db.end_run, s.db, s.id, status, err)
+    if ok then break end
+  end
+  pcall(s.db.close, s.db)
   state = nil
+  if not ok then
+    error(string.format("run %d could not be closed as '%s' (%s): it stays 'running' in %s; "
+      .. "close it later with: sqlite3 %s \"UPDATE run SET status = '%s', ended_at = "
+      .. "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now') WHERE id = %d\"", s.id, status,
+      tostring(why):gsub("^[^:\n]*%.lua:%d+: ", ""), s.path, s.path, status, s.id), 0)
+  end
 end
 
 -- os.exit from a script would skip the host's closing of the run row: close

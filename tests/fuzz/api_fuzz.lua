@@ -1,9 +1,16 @@
 -- api_fuzz.lua — throws random arguments at every public Lua function and
 -- tensor method; each call must return or raise a Lua error, never crash.
---   build/vsalab run tests/fuzz/api_fuzz.lua SEED COUNT
--- Prints "fuzz ok: N calls, E errors" at the end; tests/lua/fuzz_spec.lua
--- runs it in a subprocess so that a crash shows as a failed exit status.
+--   build/vsalab run tests/fuzz/api_fuzz.lua SEED COUNT [SECONDS]
+-- Prints "fuzz ok: N calls, E errors" at the end (after COUNT calls or
+-- SECONDS of them); tests/lua/fuzz_spec.lua runs it in a subprocess so that
+-- a crash shows as a failed exit status (under ASan/UBSan in .ci/run).
+-- Lua code that runs in the middle of a call is part of the game: option
+-- tables whose __index frees a tensor argument, and finalizers (collected
+-- during the calls' own allocations: the collector runs at every step) that
+-- free the arguments of the call in flight.
 local seed, count = tonumber(arg[1]) or 1, tonumber(arg[2]) or 2000
+local budget = tonumber(arg[3]) or math.huge
+local t_end = os.time() + budget
 local x = seed % 2147483647
 if x == 0 then x = 1 end
 local function rand(n) x = (x * 48271) % 2147483647; return x % n end
@@ -59,10 +66,31 @@ function value(depth)
   return table_value(depth)
 end
 
--- A well-formed problem, so some calls get past the first checks.
-local p = vsalab.problem.build{B = 1, H = 2, Sq = 128, Skv = 192, D = 16,
-  topk = 2, seed = seed % 1000, device = "cpu"}
-local good = {p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs}
+-- A well-formed problem, so some calls get past the first checks (built
+-- again every 50 calls: the traps below free its tensors).
+local p, good
+local function rebuild()
+  -- q, k, v, dO of 256 KiB: malloc maps them, so a use after free faults.
+  p = vsalab.problem.build{B = 1, H = 2, Sq = 1024, Skv = 1088, D = 64,
+    topk = 2, seed = seed % 1000, device = "cpu"}
+  good = {p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs}
+end
+rebuild()
+
+-- Traps: free one of the problem's tensors from inside a call.
+local function free_one()
+  local t = good[rand(#good) + 1]
+  if not t.freed then t:free() end
+end
+local function trap_table()
+  local t = table_value(1)
+  return setmetatable(t, {__index = function() free_one() end})
+end
+local function arm_finalizer()
+  local u = newproxy(true)
+  getmetatable(u).__gc = free_one
+end
+collectgarbage("setpause", 100) -- collect often, so finalizers land mid-call
 
 local functions = {}
 for name, f in pairs(vsalab) do
@@ -80,7 +108,12 @@ local methods = {"to_table", "to", "to_dtype", "clone", "contiguous", "copy_", "
   "reshape", "get", "set", "free"}
 
 local errors = 0
+local done = 0
 for i = 1, count do
+  if os.time() > t_end then break end
+  done = i
+  if i % 50 == 0 then rebuild() end
+  if rand(4) == 0 then arm_finalizer() end
   local ok
   local r = rand(10)
   if r < 4 then
@@ -95,12 +128,21 @@ for i = 1, count do
   else
     -- A backward/forward call with one argument replaced.
     local args = {unpack(good)}
-    args[rand(10) + 1] = value()
     local f = pick{vsalab.backward_ref, vsalab.forward_ref, vsalab.backward_sm90a,
       vsalab.invert_indices, vsalab.oracle}
+    if rand(2) == 0 then
+      -- Well-formed arguments and an options table that frees one of them.
+      if f == vsalab.forward_ref then
+        args = {p.q, p.k, p.v, p.q2k_idx, p.q2k_num, p.vbs, trap_table()}
+      else
+        args[10] = trap_table()
+      end
+    else
+      args[rand(10) + 1] = value()
+    end
     ok = pcall(f, unpack(args, 1, 10))
   end
   if not ok then errors = errors + 1 end
   if i % 200 == 0 then collectgarbage() end
 end
-print(string.format("fuzz ok: %d calls, %d errors", count, errors))
+print(string.format("fuzz ok: %d calls, %d errors", done, errors))
