@@ -270,6 +270,9 @@ vsa_host_docall(lua_State *L, int nargs, int nres)
   int base = lua_gettop(L) - nargs;
   lua_pushcfunction(L, traceback);
   lua_insert(L, base);
+  /* The state the handlers may hook: only while a call runs (a SIGPIPE
+   * at the exit flush comes after lua_close). */
+  lua_State *prev_state = signal_state;
   signal_state = L;
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
   for (int i = 0; i < 5; i++) signal(sigs[i], on_signal);
@@ -281,6 +284,7 @@ vsa_host_docall(lua_State *L, int nargs, int nres)
    * run ended. */
   for (int i = 0; i < 4; i++) signal(sigs[i], SIG_DFL);
   lua_sethook(L, NULL, 0, 0); /* an interrupt the script caught: not for the next call */
+  signal_state = prev_state;
   lua_remove(L, base);
   if (rc != 0) lua_gc(L, LUA_GCCOLLECT, 0);
   return rc;

@@ -1,0 +1,385 @@
+-- What a breaker and a new user found (issue 12), one test per finding:
+-- crashes and lost runs first, then silent garbage, exit codes, messages.
+-- Children run the real binary, so a crash is a failed exit status here.
+local H = require "helpers"
+
+local function script(dir, name, text)
+  H.write(dir .. "/" .. name, text)
+  return dir .. "/" .. name
+end
+
+local function run_row(db, id)
+  local d = vsalab.db_open(db, {readonly = true})
+  local r = d:q("SELECT * FROM run WHERE id = ?", id or 1)[1]
+  local n = d:q("SELECT count(*) AS n FROM result")[1].n
+  d:close()
+  return r, n
+end
+
+describe("crashes and lost runs", function()
+  it("keeps tensor arguments alive when an options table frees one mid-call", function()
+    local dir = H.tmpdir()
+    -- q is 128 KiB+ (malloc maps it): a read after free faults.
+    local s = script(dir, "uaf.lua", [[
+      local p = vsalab.problem.build{H = 2, Sq = 1024, D = 64, topk = 2, seed = 1, device = 'cpu'}
+      local o, lse = vsalab.forward_ref(p.q, p.k, p.v, p.q2k_idx, p.q2k_num, p.vbs,
+        setmetatable({}, {__index = function() p.q:free() end}))
+      assert(p.q.freed and o.shape[3] == 1024)
+      local p2 = vsalab.problem.build{H = 2, Sq = 1024, D = 64, topk = 2, seed = 2, device = 'cpu'}
+      local dq = vsalab.backward_ref(p2.dO, p2.q, p2.k, p2.v, p2.o, p2.lse, p2.k2q_idx, p2.k2q_num,
+        p2.vbs, setmetatable({}, {__index = function() p2.dO:free(); p2.k:free() end}))
+      assert(dq.shape[3] == 1024)
+      print("survived")
+    ]])
+    local rc, out, err = H.vsalab("run " .. s)
+    assert(rc == 0 and out:match("survived"), "exit " .. tostring(rc) .. "\n" .. err)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("keeps tensor arguments alive when finalizers free them mid-call", function()
+    local dir = H.tmpdir()
+    local s = script(dir, "gc.lua", [[
+      collectgarbage("setpause", 100)
+      for i = 1, 30 do
+        local p = vsalab.problem.build{H = 2, Sq = 1024, D = 64, topk = 2, seed = i, device = 'cpu'}
+        for _ = 1, 20 do
+          local u = newproxy(true)
+          getmetatable(u).__gc = function()
+            for _, k in ipairs{"dO", "q", "k", "v", "o", "lse", "vbs"} do
+              if not p[k].freed then p[k]:free() end
+            end
+          end
+        end
+        pcall(vsalab.backward_ref, p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs)
+      end
+      print("survived")
+    ]])
+    local rc, out, err = H.vsalab("run " .. s)
+    assert(rc == 0 and out:match("survived"), "exit " .. tostring(rc) .. "\n" .. err)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("lets the collector see host tensors: a loop of fresh 32 MiB tensors stays small", function()
+    local dir = H.tmpdir()
+    local s = script(dir, "rss.lua", [[
+      for i = 1, 100 do local t = vsalab.zeros({2^23}) end
+      for l in io.lines("/proc/self/status") do
+        local v = l:match("^VmHWM:%s+(%d+)")
+        if v then print("peak " .. math.floor(tonumber(v) / 1024)) end
+      end
+    ]])
+    local rc, out, err = H.vsalab("run " .. s)
+    assert(rc == 0, err)
+    local peak = tonumber(out:match("peak (%d+)"))
+    -- 100 x 32 MiB allocated; without the collector's help the peak is 3.2 GiB.
+    assert(peak < 1024, "peak RSS " .. tostring(peak) .. " MiB")
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("report -o on a full disk fails and leaves the earlier report as it was", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/r.db"
+    local d = vsalab.db_open(db)
+    local id = d:begin_run{script = "x"}
+    for i = 1, 300 do
+      d:log{run_id = id, experiment = "e", kernel = "k", Sq = 64 * i, ms_median = i, tflops = i,
+        note = string.rep("long note ", 20)}
+    end
+    d:end_run(id, "finished")
+    d:close()
+    local out = dir .. "/report.html"
+    H.write(out, "<!DOCTYPE html><p>the earlier report</p>")
+    -- A file size limit makes writes past 64 KiB fail (EFBIG), as a full
+    -- disk would (the report is ~150 KiB; the DB's files stay below it).
+    local rc, o, err = H.sh("cd " .. dir .. " && trap '' XFSZ; ulimit -f 64; " .. H.exe
+      .. " report --db " .. db .. " -o " .. out)
+    assert.equal(1, rc, o .. err)
+    assert.truthy(err:match("could not write"), err)
+    assert.falsy(o:match("wrote"))
+    local f = io.open(out)
+    assert.equal("<!DOCTYPE html><p>the earlier report</p>", f:read("*a"))
+    f:close()
+    local _, left = H.sh("ls " .. dir)
+    assert.falsy(left:match("tmp"), left)
+    -- Without the limit it is replaced.
+    assert.equal(0, (H.vsalab("report --db " .. db .. " -o " .. out)))
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("closes the run 'interrupted' on SIGHUP and SIGUSR1, rows kept", function()
+    local dir = H.tmpdir()
+    for _, sig in ipairs{"HUP", "USR1"} do
+      local db = dir .. "/" .. sig .. ".db"
+      local s = script(dir, sig .. ".lua", string.format([[
+        vsalab.log{experiment = 't', kernel = 'k'}
+        os.execute("kill -%s " .. vsalab.context.pid)
+        vsalab.log{experiment = 't', kernel = 'never'}
+      ]], sig))
+      local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
+      assert.equal(1, rc, err)
+      local r, n = run_row(db)
+      assert.equal("interrupted", r.status)
+      assert.truthy(r.error:match("SIG" .. sig), r.error)
+      assert.equal(1, n)
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("stops quietly when stdout's reader goes away, the run closed 'interrupted'", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/p.db"
+    local s = script(dir, "pipe.lua", [[
+      vsalab.log{experiment = 't', kernel = 'k'}
+      for i = 1, 1e7 do print(string.rep("line ", 20) .. i) end
+    ]])
+    local rc, out, err = H.sh("bash -c 'set -o pipefail; " .. H.exe .. " run --db " .. db .. " " .. s
+      .. " | head -1; echo status ${PIPESTATUS[0]}'")
+    assert(rc ~= 0 or true)
+    assert.truthy(out:match("status 141"), out .. err)
+    assert.falsy(err:find("traceback", 1, true), err)
+    local r, n = run_row(db)
+    assert.equal("interrupted", r.status)
+    assert.equal(1, n)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("waits for another writer's lock to close the run", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/l.db"
+    -- The holder takes the write lock for 7 s (past the 5 s busy timeout)
+    -- just as the script ends.
+    script(dir, "hold.lua", string.format([[
+      local d = vsalab.db_open(%q)
+      d:q("BEGIN IMMEDIATE")
+      io.open(%q, "w"):close()
+      os.execute("sleep 7")
+      d:q("COMMIT")
+      d:close()
+    ]], db, dir .. "/held"))
+    local s = script(dir, "end.lua", string.format([[
+      vsalab.log{experiment = 't', kernel = 'k'}
+      os.execute(%q)
+      while not io.open(%q) do os.execute("sleep 0.05") end
+    ]], H.exe .. " run " .. dir .. "/hold.lua &", dir .. "/held"))
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
+    assert(rc == 0, err)
+    assert.equal("finished", (run_row(db)).status)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("stops a long C loop at an interrupt, and pcall cannot swallow it", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/i.db"
+    -- A 2^36-element fill takes minutes; the interrupt lands inside pcall.
+    local s = script(dir, "long.lua", [[
+      vsalab.log{experiment = 't', kernel = 'k'}
+      local ok, e = pcall(function()
+        -- (TERM: os.execute's system() ignores SIGINT while it waits)
+        os.execute("kill -TERM " .. vsalab.context.pid)
+        vsalab.zeros({1}):expand({2^36}):fill(1)
+      end)
+      print("swallowed: " .. tostring(e))
+      vsalab.log{experiment = 't', kernel = 'after'}
+    ]])
+    local t0 = os.time()
+    local rc, out, err = H.sh("timeout -s KILL 60 " .. H.exe .. " run --db " .. db .. " " .. s)
+    assert.equal(1, rc, err)
+    assert(os.time() - t0 < 30, "took " .. (os.time() - t0) .. " s")
+    assert.falsy(out:match("swallowed"), out)
+    local r, n = run_row(db)
+    assert.equal("interrupted", r.status)
+    assert.equal(1, n)
+    -- The C loop itself polls: a signal from outside stops it in seconds.
+    local s2 = script(dir, "long2.lua", "vsalab.zeros({1}):expand({2^36}):fill(1)\n")
+    t0 = os.time()
+    rc = H.sh("timeout --preserve-status -s INT -k 60 1 " .. H.exe .. " run " .. s2)
+    assert.equal(1, rc)
+    assert(os.time() - t0 < 20, "took " .. (os.time() - t0) .. " s")
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("silent garbage", function()
+  it("refuses fills, comparisons and checks that would be meaningless", function()
+    local t = vsalab.zeros({4})
+    assert.truthy(H.err(function() t:fill_randn{seed = 1, std = 1e300} end):match("infinite samples"))
+    assert.truthy(H.err(function() t:fill_randn{seed = 1, mean = 1e39} end):match("infinite samples"))
+    local c = vsalab.compare(vsalab.full({4}, 1e300, {dtype = "f64"}), vsalab.full({4}, 1.25e300, {dtype = "f64"}))
+    assert.equal(0, c.nonfinite)
+    assert.near(0.2, c.rel_l2, 1e-12)
+    assert.near(0.25e300, c.max_abs, 1e288)
+    local e = vsalab.zeros({0})
+    assert.truthy(H.err(vsalab.check_outputs, {dq = e}, {dq = e}):match("no elements"))
+    local p = vsalab.problem.build{H = 1, Sq = 64, D = 16, topk = 1, seed = H.seed(), device = "cpu"}
+    assert.truthy(H.err(vsalab.oracle, {q = p.q, k = p.k, v = p.v, dO = p.dO, q2k_idx = p.q2k_idx,
+      q2k_num = p.q2k_num, variable_block_sizes = p.vbs, sm_scale = 1e300}):match("sm_scale"))
+    local d = vsalab.db_open(":memory:")
+    local id = d:begin_run{script = "x"}
+    assert.truthy(H.err(function() d:log{run_id = id, experiment = "e", kernel = "k", B = -2^63} end):match("'B'"))
+    d:close()
+  end)
+
+  it("returns the given forward as the oracle's o and lse", function()
+    local p = vsalab.problem.build{H = 1, Sq = 128, D = 16, topk = 1, seed = H.seed(), device = "cpu"}
+    local r = vsalab.oracle{q = p.q, k = p.k, v = p.v, dO = p.dO, o = p.o, lse = p.lse,
+      q2k_idx = p.q2k_idx, q2k_num = p.q2k_num, variable_block_sizes = p.vbs}
+    for _, c in ipairs{vsalab.compare(r.o, p.o:to_dtype("f64")), vsalab.compare(r.lse, p.lse:to_dtype("f64"))} do
+      assert.equal(0, c.nonfinite) -- not NaN placeholders
+      assert.equal(0, c.max_abs)
+    end
+  end)
+
+  it("refuses q2k lists passed where k2q lists belong", function()
+    local p = vsalab.problem.build{H = 1, Sq = 256, D = 16, topk = 1, seed = H.seed(), device = "cpu"}
+    local e = H.err(vsalab.backward_ref, p.dO, p.q, p.k, p.v, p.o, p.lse, p.q2k_idx, p.q2k_num, p.vbs)
+    assert.truthy(e:match("k2q_idx: expected shape %[1,1,4,4%]"), e)
+  end)
+end)
+
+describe("exit codes and messages", function()
+  local dir = H.tmpdir()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("exits 2 without a traceback on usage errors", function()
+    local smoke = H.root .. "/experiments/smoke.lua"
+    for _, cmd in ipairs{
+      "run --db " .. dir .. "/u.db " .. smoke .. " --seed 5",
+      "run --db " .. dir .. "/u.db " .. smoke .. " -a foo=1",
+      "run --db " .. dir .. "/u.db " .. smoke .. " -a density=",
+      "run --db /dev/full " .. smoke,
+      "query --db " .. dir .. "/u.db 'SELECT 1' " .. string.rep("1 ", 5000),
+    } do
+      local rc, _, err = H.vsalab(cmd)
+      assert.equal(2, rc, cmd .. "\n" .. err)
+      assert.falsy(err:find("traceback", 1, true), cmd .. "\n" .. err)
+    end
+  end)
+
+  it("exits 2 when damage is found mid-read", function()
+    local db = dir .. "/dmg.db"
+    local d = vsalab.db_open(db)
+    local id = d:begin_run{script = "x"}
+    for i = 1, 300 do d:log{run_id = id, experiment = "e", kernel = "k", note = string.rep("n", 300)} end
+    d:end_run(id, "finished")
+    d:close()
+    -- Wreck a page in the middle (the schema on page 1 stays readable).
+    local f = io.open(db, "r+b")
+    local size = f:seek("end")
+    f:seek("set", math.floor(size / 4096 / 2) * 4096)
+    f:write(string.rep("\255", 4096))
+    f:close()
+    local rc, _, err = H.vsalab("show --db " .. db .. " 1")
+    assert.equal(2, rc, err)
+    assert.falsy(err:find("traceback", 1, true), err)
+    assert.truthy(err:match("damaged"), err)
+  end)
+
+  it("says there is no NVIDIA GPU, without a traceback", function()
+    if vsalab.cuda_available() then return end -- this host has one
+    for _, x in ipairs{"wan720p", "invert_bench", "seed_sweep"} do
+      local rc, _, err = H.vsalab("run --db " .. dir .. "/g.db " .. H.root .. "/experiments/" .. x .. ".lua")
+      assert.equal(2, rc, err)
+      assert.truthy(err:match("no NVIDIA GPU or driver found"), err)
+      assert.falsy(err:find("insufficient", 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    local p = vsalab.problem.build{H = 1, Sq = 64, D = 16, topk = 1, seed = 1}
+    assert.equal("cpu", p.q.device)
+  end)
+
+  it("names the function and the value in errors", function()
+    assert.truthy(H.err(function() return vsalab.zeros({4}):reshape({3}) end):match("^t:reshape: "))
+    local t = vsalab.zeros({4})
+    t:free()
+    assert.truthy(H.err(function() return t:get(1) end):match("t:get: tensor was freed"))
+    assert.truthy(H.err(vsalab.empty, {2^62}):match("shape: entry 1 is 4%.6"))
+    local d = vsalab.db_open(":memory:")
+    d:begin_run{script = "x"}
+    assert.truthy(H.err(function() d:log{experiment = "e", kernel = "k", tflopz = 1} end)
+      :match("db:log: field 'tflopz' is unknown"))
+    d:close()
+    local qi = vsalab.from_table({{{{2^32}}}}, {dtype = "i64"})
+    local qn = vsalab.from_table({{{1}}}, {dtype = "i32"})
+    assert.truthy(H.err(vsalab.invert_indices, qi, qn, 2):match("index 4294967296"))
+  end)
+
+  it("names modules, not build paths, in tracebacks", function()
+    local s = script(dir, "bp.lua", "vsalab.problem.build{H = 1, Sq = 65, D = 16, topk = 1, seed = 1, device = 'cpu'}\n")
+    local _, _, err = H.sh("env -u VSALAB_LUA_DIR " .. H.exe .. " run " .. s)
+    assert.truthy(err:match("vsalab/problem%.lua:%d+"), err)
+    assert.falsy(err:find("/lua/vsalab/", 1, true), err) -- no absolute build path
+  end)
+end)
+
+describe("what a new user sees", function()
+  it("prints CPU TFLOPS with their digits and compares host-clock rows with a wider floor", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/c.db"
+    local rc, out, err = H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5]")
+    assert(rc == 0, err)
+    local line = out:match("\n(reference[^\n]+)")
+    assert.falsy(line:match(" 0%.0 "), line)
+    -- Two runs of host-clock rows 30% apart with disjoint ranges: SAME at
+    -- the host floor (and said), SLOW on CUDA events.
+    local d = vsalab.db_open(db)
+    local function synthetic(gpu, scale, clock)
+      local id = d:begin_run{script = "s", gpu_name = gpu}
+      d:log{run_id = id, experiment = "x", kernel = "k", Sq = 64, ms_median = 10 * scale,
+        ms_min = 9.9 * scale, ms_max = 10.1 * scale, extra = clock and ('{"clock":"' .. clock .. '"}')}
+      return id
+    end
+    local a, b = synthetic(nil, 1), synthetic(nil, 1.3)
+    local g1, g2 = synthetic("NVIDIA H200", 1, "cuda"), synthetic("NVIDIA H200", 1.3, "cuda")
+    d:close()
+    local rc1, out1 = H.vsalab("compare --db " .. db .. " " .. a .. " " .. b)
+    assert.equal(0, rc1, out1)
+    assert.truthy(out1:match("host clock"), out1)
+    assert.truthy(out1:match("SAME 1"), out1)
+    local rc2, out2 = H.vsalab("compare --db " .. db .. " " .. g1 .. " " .. g2)
+    assert.equal(1, rc2, out2)
+    assert.truthy(out2:match("SLOW 1"), out2)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("reports every column on one line per row, against the axis that varies, for the latest timed run", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/r.db"
+    local d = vsalab.db_open(db)
+    local id = d:begin_run{script = "sweep"}
+    for _, dens in ipairs{0.25, 0.5, 1.0} do
+      d:log{run_id = id, experiment = "smoke", kernel = "reference", B = 1, H = 2, Sq = 768, D = 64,
+        density = dens, ms_median = 10 * dens, tflops = 0.001 * dens, passed = 1}
+    end
+    d:end_run(id, "finished")
+    local rr = d:begin_run{script = "rerun of row 1"}
+    d:log{run_id = rr, experiment = "smoke", kernel = "reference", B = 1, H = 2, Sq = 768, D = 64,
+      density = 0.25, ms_median = 2.5, tflops = 0.00025, passed = 1}
+    d:end_run(rr, "finished")
+    d:close()
+    local out = dir .. "/r.html"
+    local rc, o, err = H.vsalab("report --db " .. db .. " -o " .. out)
+    assert(rc == 0, err)
+    assert.truthy(o:match("runs " .. id .. "%)"), o)
+    local f = io.open(out)
+    local html = f:read("*a")
+    f:close()
+    assert.truthy(html:find("density (selected share of kv blocks)", 1, true))
+    assert.falsy(html:find("overflow-x", 1, true))
+    assert.truthy(html:find("white-space:nowrap", 1, true))
+    assert.truthy(html:find(">0.0005<", 1, true)) -- TFLOPS digits, not 0.0
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("records when the script started, not when it first logged", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/s.db"
+    local s = script(dir, "late.lua", "os.execute('sleep 1.2')\nvsalab.log{experiment = 't', kernel = 'k'}\n")
+    assert.equal(0, (H.vsalab("run --db " .. db .. " " .. s)))
+    local d = vsalab.db_open(db, {readonly = true})
+    local r = d:q([[SELECT (julianday(r.created_at) - julianday(run.started_at)) * 86400 AS dt
+      FROM result r JOIN run ON run.id = r.run_id]])[1]
+    d:close()
+    assert(r.dt >= 1.0, "started_at is " .. r.dt .. " s before the first row")
+    os.execute("rm -rf " .. dir)
+  end)
+end)
