@@ -40,7 +40,7 @@ describe("crashes and lost runs", function()
     local dir = H.tmpdir()
     local s = script(dir, "gc.lua", [[
       collectgarbage("setpause", 100)
-      for i = 1, 30 do
+      for i = 1, 60 do
         local p = vsalab.problem.build{H = 2, Sq = 1024, D = 64, topk = 2, seed = i, device = 'cpu'}
         for _ = 1, 20 do
           local u = newproxy(true)
