@@ -14,7 +14,7 @@
 -- milliseconds; spread = (max - min) / median, stop = why sampling ended.
 -- TFLOPS on selected blocks: 10·64·64·D flops per selected (q block,
 -- kv block) pair — the 5 GEMMs of a backward at 2·64·64·D flops each — as
--- ../shared/ANCHORS.md counts them.
+-- docs/ANCHORS.md counts them.
 local core = require "vsalab.core"
 
 local M = {}

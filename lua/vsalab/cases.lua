@@ -1,4 +1,4 @@
--- The correctness cases of ../shared/CASES.md, written once for every
+-- The correctness cases of docs/CASES.md, written once for every
 -- backward. run(backend, env) returns one result per check:
 --   {case=, name=, check=, passed=, detail=, seed=, errors={...}}
 -- env = {device='cpu'|'cuda', seed=, D=64, only={ids}, launches_scale=1}.
@@ -141,7 +141,7 @@ local function free_all(...)
 end
 
 -- ----------------------------------------------------------------------------
--- the cases (numbers as in ../shared/CASES.md)
+-- the cases (numbers as in docs/CASES.md)
 
 M.list = {}
 local function case(id, name, opts, fn)

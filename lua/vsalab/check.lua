@@ -4,7 +4,7 @@
 -- -> {passed=bool, errors={dq={rel_l2, max_abs, nonfinite, norm_ratio,
 --     passed}, ...}}. An output passes when rel L2 < its tolerance and neither
 -- side holds a NaN or Inf: a comparator must never pass because the
--- reference is NaN (../shared/CASES.md, shared rules).
+-- reference is NaN (docs/CASES.md, shared rules).
 local core = require "vsalab.core"
 
 local M = {}

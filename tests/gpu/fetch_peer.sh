@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fetch_peer.sh — extract FastVideo's public Triton VSA kernels (the measuring
-# stick of ../shared/ANCHORS.md) from a git mirror into .peer/fastvideo_triton/:
+# stick of docs/ANCHORS.md) from a git mirror into .peer/fastvideo_triton/:
 #   tests/gpu/fetch_peer.sh [MIRROR_GIT_DIR] [REV]
 # MIRROR_GIT_DIR: a FastVideo git directory (the one the fetch tool returns for
 #   github:hao-ai-lab/FastVideo; default below). REV: a commit or ref (HEAD).

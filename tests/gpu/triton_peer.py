@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """triton_peer.py — time FastVideo's public Triton VSA backward and its k2q
-inversion (the measuring stick of ../shared/ANCHORS.md) on the GPU machine,
+inversion (the measuring stick of docs/ANCHORS.md) on the GPU machine,
 in the same device call as vsalab's own kernels, and re-measure the dense
 anchors (PyTorch SDPA cuDNN/FA2 backward, bf16 GEMM 8192^3).
 
@@ -52,7 +52,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), 
 BLK = 64
 LOG2E = 1.4426950408889634
 
-# ../shared/ANCHORS.md (H200, 2026-11-29): Triton backward ms, inversion ms.
+# docs/ANCHORS.md (H200, 2026-11-29): Triton backward ms, inversion ms.
 ANCHOR_BWD = {("seed", 4096): 0.190, ("seed", 8192): 0.580, ("seed", 16384): 2.10,
               ("seed", 32768): 8.20, ("seed", 65536): 33.0, ("seed", 131072): 150.0,
               ("wan", 144): 143.0, ("wan", 360): 354.0}

@@ -1,5 +1,5 @@
 -- Every CPU backward (today: the reference) against the fp64 oracle on
--- every case of ../shared/CASES.md that fits a CPU-sized shape.
+-- every case of docs/CASES.md that fits a CPU-sized shape.
 local H = require "helpers"
 
 describe("CASES.md on the CPU", function()
