@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # main-job.sh — set up, build and run the main job on this machine's GPU:
 # experiments/wan720p.lua into results.db (or the --db given).
-#   scripts/main-job.sh [--db PATH] [script args, e.g. heads=40 densities=0.25]
+#   scripts/main-job.sh [--db PATH] [script args]
+# Script args are the experiment's: axis overrides and key=value options,
+# e.g.  -a H=40 -a density=[0.1,0.25]   kernels=all   reference=timed
+# (README.md, "Experiments"). By default the native kernel of this GPU is
+# timed and spot-checked against the fp64 oracle at 6 points.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

@@ -7,15 +7,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in cmake pkg-config gcc libluajit-5.1-dev libsqlite3-dev lua-busted libedit-dev tmux chromium; do
+# sqlite3: the CLI README.md's queries use; tmux and chromium drive the REPL
+# and report tests.
+for pkg in cmake pkg-config gcc libluajit-5.1-dev libsqlite3-dev sqlite3 lua-busted libedit-dev tmux chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then
   echo "setup: installing ${need[*]}"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  # Wait up to 10 minutes for another apt/dpkg (unattended upgrades) instead
+  # of failing on its lock; show apt's progress, not silence.
+  lock=(-o DPkg::Lock::Timeout=600)
+  $sudo apt-get "${lock[@]}" update
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get "${lock[@]}" install -y --no-install-recommends \
+    -o Dpkg::Progress-Fancy=0 "${need[@]}"
 fi
 
 if ! command -v nvcc >/dev/null; then

@@ -952,6 +952,14 @@ vsa_lua_open_tensor(lua_State *L)
   lua_newtable(L);
   luaL_register(L, NULL, tensor_methods);
   lua_setfield(L, -2, "methods");
+  /* The property names l_index answers (for the REPL's Tab completion). */
+  static const char *const props[] = {"shape", "dtype", "device", "ndim", "freed"};
+  lua_createtable(L, 5, 0);
+  for (int i = 0; i < 5; i++) {
+    lua_pushstring(L, props[i]);
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "properties");
   lua_pop(L, 1);
   luaL_register(L, NULL, tensor_functions);
 }

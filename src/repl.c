@@ -86,16 +86,40 @@ collect(const char *text)
   size_t plen = strlen(prefix);
   if (sep) push_path(L, text, base);
   else lua_pushvalue(L, LUA_GLOBALSINDEX);
-  /* Tensors and other userdata complete their methods through the metatable. */
-  if (lua_isuserdata(L, -1) && lua_getmetatable(L, -1)) {
+  /* Where names come from: a table's own keys; a userdata's metatable
+   * `methods` (keys) and `properties` (a list: t.shape, t.dtype...); a
+   * table's metatable `__complete` (a list: fields loaded on first use,
+   * such as vsalab.cases). */
+  int top = lua_gettop(L);
+  if (lua_isuserdata(L, top) && lua_getmetatable(L, top)) {
     lua_getfield(L, -1, "methods");
-    lua_remove(L, -2);
-    lua_remove(L, -2);
+    lua_getfield(L, -2, "properties");
+    lua_remove(L, top + 1);
+  } else if (lua_istable(L, top)) {
+    lua_pushvalue(L, top);
+    if (lua_getmetatable(L, top)) {
+      lua_getfield(L, -1, "__complete");
+      lua_remove(L, -2);
+    }
   }
-  if (lua_istable(L, -1)) {
+  int last = lua_gettop(L);
+  for (int src = top + 1; src <= last; src++) {
+    if (!lua_istable(L, src)) continue;
+    int is_list = src == top + 2; /* properties / __complete: lists of names */
+    int i = 0;
     lua_pushnil(L);
-    while (lua_next(L, -2) != 0) {
-      lua_pop(L, 1);
+    for (;;) {
+      if (is_list) {
+        lua_pop(L, 1);
+        lua_rawgeti(L, src, ++i);
+        if (lua_isnil(L, -1)) {
+          lua_pop(L, 1);
+          break;
+        }
+      } else {
+        if (lua_next(L, src) == 0) break;
+        lua_pop(L, 1);
+      }
       if (lua_type(L, -1) != LUA_TSTRING) continue;
       const char *k = lua_tostring(L, -1);
       if (strncmp(k, prefix, plen) != 0) continue;
@@ -108,7 +132,7 @@ collect(const char *text)
       snprintf(candidates[ncandidates++], n, "%.*s%s", (int)(base + (sep ? 1 : 0)), text, k);
     }
   }
-  lua_pop(L, 1);
+  lua_settop(L, top - 1);
 }
 
 static char *

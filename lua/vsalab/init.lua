@@ -67,7 +67,7 @@ M.json = require "vsalab.json"
 M.sweep = require "vsalab.sweep"
 
 -- Lazily loaded: the case runner is only needed by tests.
-setmetatable(M, {__index = function(t, k)
+setmetatable(M, {__complete = {"cases"}, __index = function(t, k)
   if k == "cases" then
     local c = require "vsalab.cases"
     rawset(t, k, c)
