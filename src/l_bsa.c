@@ -234,7 +234,7 @@ l_invert_indices(lua_State *L)
   luaL_argcheck(L, nkvn == floor(nkvn) && nkvn >= 1 && nkvn <= (1 << 24), 3,
                 "num_kv_blocks must be an integer in [1, 2^24]");
   int nkv = (int)nkvn;
-  int check = 1;
+  int check = 1, ret = 0;
   vsa_tensor *oi = NULL, *on = NULL;
   int64_t si[4] = {idx->shape[0], idx->shape[1], nkv, idx->shape[2]};
   int64_t sn[3] = {idx->shape[0], idx->shape[1], nkv};
@@ -246,8 +246,11 @@ l_invert_indices(lua_State *L)
       luaL_checktype(L, -1, LUA_TTABLE);
       int t = lua_gettop(L);
       lua_rawgeti(L, t, 1);
-      oi = vsa_lua_checkarg(L, lua_gettop(L), "out[1] (k2q_idx)", VSA_I32, 4);
       lua_rawgeti(L, t, 2);
+      ret = t + 1; /* the caller's buffers, returned as they are */
+      lua_pushvalue(L, ret);
+      oi = vsa_lua_checkarg(L, lua_gettop(L), "out[1] (k2q_idx)", VSA_I32, 4); /* pinned */
+      lua_pushvalue(L, ret + 1);
       on = vsa_lua_checkarg(L, lua_gettop(L), "out[2] (k2q_num)", VSA_I32, 3);
       vsa_arg_shape(L, oi, "out[1] (k2q_idx)", 4, si);
       vsa_arg_shape(L, on, "out[2] (k2q_num)", 3, sn);
@@ -261,12 +264,12 @@ l_invert_indices(lua_State *L)
   if (!oi) {
     oi = vsa_lua_newtensor(L, VSA_I32, idx->device, 4, si);
     on = vsa_lua_newtensor(L, VSA_I32, idx->device, 3, sn);
+    ret = lua_gettop(L) - 1;
   }
-  int oi_idx = lua_gettop(L) - 1;
   invert_into(L, idx, num, (int)idx->shape[1], nkv, oi, on, check, "q2k_idx",
               "q2k_num", "q block");
-  lua_pushvalue(L, oi_idx);
-  lua_pushvalue(L, oi_idx + 1);
+  lua_pushvalue(L, ret);
+  lua_pushvalue(L, ret + 1);
   return 2;
 }
 

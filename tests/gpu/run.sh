@@ -61,7 +61,9 @@ for step in $steps; do
         "$bin" run tests/gpu/breakdown.lua 2>&1 | tee "$out/breakdown.log" ;;
     seed_sweep) "$bin" run --db "$out/results.db" experiments/seed_sweep.lua 2>&1 | tee "$out/seed_sweep.log" ;;
     invert) "$bin" run --db "$out/results.db" experiments/invert_bench.lua 2>&1 | tee "$out/invert.log" ;;
-    wan720p) "$bin" run --db "$out/results.db" experiments/wan720p.lua ${WAN720P_ARGS:-} 2>&1 | tee "$out/wan720p.log" ;;
+    wan720p) t0=$SECONDS
+         "$bin" run --db "$out/results.db" experiments/wan720p.lua ${WAN720P_ARGS:-} 2>&1 | tee "$out/wan720p.log"
+         echo "wan720p: $((SECONDS - t0)) s wall (${WAN720P_ARGS:-default options})" | tee -a "$out/wan720p.log" ;;
     modes) # the three timing modes on one sweep, with clocks and the GEMM ceiling
       (bad=0
        for m in hot cold graph; do

@@ -59,6 +59,19 @@ describe("crashes and lost runs", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("returns the caller's out buffers themselves (the pins stay inside the call)", function()
+    local p = vsalab.problem.build{H = 1, Sq = 128, D = 16, topk = 1, seed = H.seed(), device = "cpu"}
+    local ki = vsalab.zeros(p.k2q_idx.shape, {dtype = "i32"})
+    local kn = vsalab.zeros(p.k2q_num.shape, {dtype = "i32"})
+    local a, b = vsalab.invert_indices(p.q2k_idx, p.q2k_num, p.nkv, {out = {ki, kn}})
+    assert.is_true(rawequal(a, ki) and rawequal(b, kn))
+    local outs = {vsalab.empty(p.q.shape, {dtype = "bf16"}), vsalab.empty(p.k.shape, {dtype = "bf16"}),
+      vsalab.empty(p.v.shape, {dtype = "bf16"})}
+    local dq, dk, dv = vsalab.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num,
+      p.vbs, {out = outs})
+    assert.is_true(rawequal(dq, outs[1]) and rawequal(dk, outs[2]) and rawequal(dv, outs[3]))
+  end)
+
   it("lets the collector see host tensors: a loop of fresh 32 MiB tensors stays small", function()
     local dir = H.tmpdir()
     local s = script(dir, "rss.lua", [[
@@ -140,6 +153,12 @@ describe("crashes and lost runs", function()
     local r, n = run_row(db)
     assert.equal("interrupted", r.status)
     assert.equal(1, n)
+    -- A results command stops quietly too.
+    local _, out2, err2 = H.sh("bash -c '" .. H.exe .. " query --db " .. db
+      .. [[ "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000) SELECT x FROM c"]]
+      .. " | head -1; echo status ${PIPESTATUS[0]}'")
+    assert.truthy(out2:match("status 141"), out2 .. err2)
+    assert.equal("", err2)
     os.execute("rm -rf " .. dir)
   end)
 
