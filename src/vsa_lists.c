@@ -435,14 +435,14 @@ vsa_build_vsa_topk(const uint16_t *q, const uint16_t *k, int BH, int nq,
   if (topk < 0 || topk > nkv || topk > width)
     return vsa_fail("vsa_topk: topk %d must be in [0, min(nkv %d, width %d)]", topk, nkv,
                     width);
-  for (int j = 0; j < nq; j++)
-    if (q_vbs[j] < 0 || q_vbs[j] > VSA_BLOCK)
-      return vsa_fail("vsa_topk: q_variable_block_sizes[%d] is %d, expected [0, 64]", j,
-                      q_vbs[j]);
   for (int j = 0; j < nkv; j++)
     if (kv_vbs[j] < 0 || kv_vbs[j] > VSA_BLOCK)
       return vsa_fail("vsa_topk: variable_block_sizes[%d] is %d, expected [0, 64]", j,
                       kv_vbs[j]);
+  for (int j = 0; j < nq; j++)
+    if (q_vbs[j] < 0 || q_vbs[j] > VSA_BLOCK)
+      return vsa_fail("vsa_topk: q_variable_block_sizes[%d] is %d, expected [0, 64]", j,
+                      q_vbs[j]);
   topk_ctx c = {q, k, nq, nkv, D, topk, width, q_vbs, kv_vbs, idx, num};
   int es, ed;
   int rc = run_slices(BH, nthreads, topk_slice, &c, &es, &ed);
