@@ -3,7 +3,7 @@
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile): quick specs sanitize invert seed_sweep
-# wan720p modes compare fault profile breakdown case12
+# wan720p modes compare fault profile breakdown case12 vsa_lists
 # Logs go to $OUT (or ./gpu-out), one STEP.log per step (sass.txt for
 # quick's SASS report) plus results.db, modes.db, compare.db, fault.db. WAN720P_ARGS passes axis overrides to the main
 # job, e.g. WAN720P_ARGS="-a H=40 -a density=[0.1,0.25]".
@@ -56,6 +56,8 @@ for step in $steps; do
         --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy \
         "$bin" run tests/gpu/profile.lua 2>&1 | tee "$out/profile.log" ;;
     case12) "$bin" run tests/gpu/case12.lua 2>&1 | tee "$out/case12.log" ;;
+    vsa_lists) # problem.build time at Wan 720P H40, random vs VSA-like lists
+      "$bin" run tests/gpu/vsa_build_time.lua 2>&1 | tee "$out/vsa_lists.log" ;;
     breakdown) # per-kernel times of one sm90a call at 4k, 8k, 16k
       ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"prep_kernel|bwd_ws_kernel|dq_finish" \
         "$bin" run tests/gpu/breakdown.lua 2>&1 | tee "$out/breakdown.log" ;;
