@@ -167,7 +167,7 @@ function M.run(e)
       local first = msg:gsub("\n.*", ""):gsub("^[^:]*%.lua:%d+: ", "")
       local r = {experiment = e.name, kernel = "config", B = c.B, H = c.H, D = c.D,
         density = c.density, topk = c.topk, ragged = c.ragged and 1 or 0,
-        point_hash = M.hash_of(c),
+        point_hash = M.hash_of(c), extra = {point = M.point_of(c)},
         note = "skipped (" .. why .. "): " .. first}
       r.id = run.log(r)
       rows[#rows + 1] = r

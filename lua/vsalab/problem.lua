@@ -155,7 +155,7 @@ function M.head(p, bh)
   end
   local q = {B = 1, H = 1, Sq = p.Sq, Skv = p.Skv, D = p.D, nq = p.nq,
     nkv = p.nkv, seed = p.seed, sm_scale = p.sm_scale,
-    topk = p.topk, density = p.density, lists = p.lists, sharing = p.sharing}
+    topk = p.topk, density = p.density, lists = p.lists}
   for _, k in ipairs{"q", "k", "v", "dO", "o", "lse", "q2k_idx", "q2k_num",
       "k2q_idx", "k2q_num"} do
     if p[k] then q[k] = sl(p[k]) end
