@@ -31,17 +31,18 @@ end
 
 -- The kind of lists named by `lists` (nil: random): 'random', or 'vsa'
 -- and its correlation length ℓ, and the canonical name ('vsa:4', not
--- 'vsa:4.0'). Raises naming the argument otherwise.
+-- 'vsa:4.0'). Raises naming the argument otherwise (no source position: the
+-- message is a usage error's, shown as it is by the experiments).
 function M.parse_lists(lists)
   if lists == nil or lists == "random" then return "random", nil, "random" end
   local ell = type(lists) == "string" and lists:match("^vsa:(.+)$")
   ell = ell and tonumber(ell)
   if not ell or ell ~= ell or ell < 0 or ell > 64 then
     if lists == "vsa" then
-      error("lists: 'vsa' needs a correlation length in latent cells: 'vsa:ℓ' with ℓ in [0, 64], e.g. 'vsa:4'", 2)
+      error("lists: 'vsa' needs a correlation length in latent cells: 'vsa:ℓ' with ℓ in [0, 64], e.g. 'vsa:4'", 0)
     end
     error("lists: expected 'random' or 'vsa:ℓ' (ℓ a number in [0, 64], e.g. 'vsa:4'), got "
-      .. (type(lists) == "string" and "'" .. lists .. "'" or tostring(lists)), 2)
+      .. (type(lists) == "string" and "'" .. lists .. "'" or tostring(lists)), 0)
   end
   return "vsa", ell, string.format("vsa:%.12g", ell)
 end
