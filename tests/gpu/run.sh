@@ -4,7 +4,7 @@
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile and blackwell): quick sm100emu specs
 # sanitize invert seed_sweep wan720p modes compare fault profile breakdown
-# case12 blackwell
+# case12 vsa_lists blackwell
 # sm100emu: the Blackwell backward's source on this GPU over the emulated
 # tcgen05 layer (ladder rungs 1-2 with wgmma cross-checks, every kernel
 # path against the reference, 20 bitwise launches, every CASES case).
@@ -77,6 +77,8 @@ for step in $steps; do
        VSALAB_SM100_EMU=0 "$bin" run tests/gpu/cases.lua sm100a &&
        VSALAB_SM100_EMU=0 "$bin" run --db "$out/blackwell.db" experiments/seed_sweep.lua) 2>&1 |
         tee "$out/blackwell.log" ;;
+    vsa_lists) # problem.build time at Wan 720P H40, random vs VSA-like lists
+      "$bin" run tests/gpu/vsa_build_time.lua 2>&1 | tee "$out/vsa_lists.log" ;;
     breakdown) # per-kernel times of one sm90a call at 4k, 8k, 16k
       ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"prep_kernel|bwd_ws_kernel|dq_finish" \
         "$bin" run tests/gpu/breakdown.lua 2>&1 | tee "$out/breakdown.log" ;;
