@@ -177,7 +177,8 @@ local function sm100a(name, emulate, det, description, variant_of)
     emulated = emulate,
     deterministic_dq = det,
     supported = sm100a_supported(emulate),
-    bench_opts = M.kernel_bench_opts,
+    -- The emulation is checked, not timed: one call (rows carry no TFLOPS).
+    bench_opts = emulate and {warmup = 0, repeats = 1} or M.kernel_bench_opts,
     run = function(p)
       return core.backward_sm100a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
         p.k2q_num, p.vbs, {sm_scale = p.sm_scale, deterministic = det, emulate = emulate})
