@@ -20,7 +20,7 @@ if ((${#need[@]})); then
   # of failing on its lock; show apt's progress, not silence.
   lock=(-o DPkg::Lock::Timeout=600)
   $sudo apt-get "${lock[@]}" update
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get "${lock[@]}" install -y --no-install-recommends \
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get "${lock[@]}" install -y \
     -o Dpkg::Progress-Fancy=0 "${need[@]}"
 fi
 
@@ -31,6 +31,15 @@ if ! command -v nvcc >/dev/null; then
     echo "setup: nvcc not found (install the CUDA Toolkit 13 at /usr/local/cuda)" >&2
     exit 1
   fi
+fi
+
+# Test-only NVIDIA tools from the Python registry, into .deps/py: CUTLASS's
+# headers (the sm100a descriptor tests compare against CuTe's encoders) and
+# cuobjdump (the SASS census; the CUDA 13.0 toolkit here ships none).
+if [ ! -x .deps/py/nvidia/cu13/bin/cuobjdump ] || [ ! -d .deps/py/cutlass_library ]; then
+  echo "setup: installing nvidia-cutlass and nvidia-cuda-cuobjdump into .deps/py (test tools)"
+  python3 -m pip install -q --disable-pip-version-check --no-deps --target .deps/py \
+    nvidia-cutlass nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null

@@ -7,12 +7,13 @@
 -- one-row rerun says little), else the latest. Per run: its environment;
 -- per experiment: TFLOPS on selected blocks against the axis its points
 -- vary along (tokens on a log2 axis; else density or heads), one series
--- per kernel (and density when that is not the axis), with the published
--- Triton anchors of docs/ANCHORS.md dashed where the shape matches; the
--- worst error per output per kernel; and every row, one line each, every
--- column visible. The file is written to a temporary file beside -o and
--- renamed over it only when every write succeeded, so a full disk leaves
--- an earlier report as it was (exit 1).
+-- per kernel (and density when that is not the axis) and list kind (random
+-- lists, or VSA-like 'vsa:ℓ' lists as their own series), with the
+-- published Triton anchors of docs/ANCHORS.md dashed where the shape
+-- matches; the worst error per output per kernel; and every row, one line
+-- each, every column visible. The file is written to a temporary file
+-- beside -o and renamed over it only when every write succeeded, so a full
+-- disk leaves an earlier report as it was (exit 1).
 local core = require "vsalab.core"
 local cli = require "vsalab.cli"
 
@@ -132,7 +133,10 @@ function M.render(db, ids)
       end
     end
     o[#o + 1] = "</table>"
-    local rows = db:q([[SELECT * FROM result_summary WHERE run_id = ? ORDER BY experiment, kernel, H, density, Sq]], id)
+    local compare = require "vsalab.compare"
+    local rows = db:q("SELECT *, " .. compare.lists_sql .. [[ AS lists,
+      CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing
+      FROM result_summary WHERE run_id = ? ORDER BY experiment, kernel, H, density, Sq]], id)
     -- One chart per experiment, against the axis its points vary along:
     -- tokens (log2) when Sq varies, else density, else heads (a sweep of
     -- densities at one token count would otherwise draw one dot).
@@ -161,9 +165,10 @@ function M.render(db, ids)
         order[#order + 1] = g
       end
       local key = x == "density" and r.kernel or string.format("%s %.0f%%", r.kernel, 100 * (r.density or 0))
+      if r.lists and r.lists ~= "random" then key = key .. " " .. r.lists end
       local s = groups[g].series[key]
       if not s then
-        s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0}
+        s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0, lists = r.lists}
         groups[g].series[key] = s
       end
       local xv = r[x] or 0
@@ -177,7 +182,8 @@ function M.render(db, ids)
       -- Legend by kernel, then density as a number.
       table.sort(series, function(a, b)
         if a.kernel ~= b.kernel then return a.kernel < b.kernel end
-        return a.density < b.density
+        if a.density ~= b.density then return a.density < b.density end
+        return a.lists < b.lists
       end)
       for i, s in ipairs(series) do s.color = palette[(i - 1) % #palette + 1] end
       local axis
@@ -221,7 +227,7 @@ function M.render(db, ids)
       o[#o + 1] = "</table>"
     end
     o[#o + 1] = '<h2>All rows</h2><table class="rows"><tr>'
-    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
+    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "lists", "sharing", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
     for _, r in ipairs(rows) do
       if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
     end
@@ -232,8 +238,8 @@ function M.render(db, ids)
       for _, c in ipairs(cols) do
         local v = r[c]
         -- TFLOPS with 4 significant digits: CPU rows are ~0.001 (not 0.0).
-        local f = ({density = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.4g", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
-        local cls = c == "note" and "note" or ((c == "experiment" or c == "kernel" or c == "worst_output") and "l" or "")
+        local f = ({density = "%.3f", sharing = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.4g", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
+        local cls = c == "note" and "note" or ((c == "experiment" or c == "kernel" or c == "worst_output" or c == "lists") and "l" or "")
         if c == "passed" and v ~= nil then cls = v == 1 and "pass" or "fail"; v = v == 1 and "pass" or "FAIL" end
         o[#o + 1] = string.format('<td class="%s">%s</td>', cls, fmt(v, f))
       end
