@@ -83,6 +83,8 @@ static int
 l_smooth_latent(lua_State *L)
 {
   static const char *const keys[] = {"latent", "tile", "ell", "threads", NULL};
+  lua_settop(L, 2);
+  lua_pushvalue(L, 1); /* at 3: the caller's tensor, returned (slot 1 gets the pin) */
   vsa_tensor *x = vsa_lua_checkarg(L, 1, "x", VSA_BF16, 4);
   luaL_checktype(L, 2, LUA_TTABLE);
   vsa_arg_check_keys(L, 2, "smooth_latent", keys);
@@ -113,7 +115,7 @@ l_smooth_latent(lua_State *L)
     if (vsa_tensor_copy(x, h) != 0) return vsa_lua_raise(L);
     vsa_tensor_release(h);
   }
-  lua_pushvalue(L, 1);
+  lua_pushvalue(L, 3);
   return 1;
 }
 
