@@ -457,18 +457,24 @@ test_refusals(void)
       sqlite3_stmt *q = NULL;
       sqlite3_prepare_v2(vsa_db_handle(u),
                          "SELECT (SELECT user_version FROM pragma_user_version),"
-                         " (SELECT count(*) FROM result WHERE ms_median = 1.5 AND ms_p20 IS NULL)",
+                         " (SELECT count(*) FROM result WHERE ms_median = 1.5 AND ms_p20 IS NULL"
+                         "  AND gpu_uuid IS NULL),"
+                         " (SELECT count(*) FROM run WHERE length(uid) = 32 AND sweep_id IS NULL)",
                          -1, &q, NULL);
-      int ok = q && sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) == 2 &&
-               sqlite3_column_int(q, 1) == 1;
+      int ok = q && sqlite3_step(q) == SQLITE_ROW &&
+               sqlite3_column_int(q, 0) == VSA_DB_SCHEMA_VERSION &&
+               sqlite3_column_int(q, 1) == 1 && sqlite3_column_int(q, 2) == 1;
       sqlite3_finalize(q);
-      check(ok, "upgrade to version 2 keeps the old rows and adds the new columns", "%s",
+      check(ok, "upgrade to the latest version keeps the old rows, adds the new columns"
+            " and gives old runs a uid", "%s",
             sqlite3_errmsg(vsa_db_handle(u)));
       int64_t rid = 0;
       check(vsa_db_run_begin(u, &(vsa_run_info){.script = "new", .seed = VSA_DB_NULL,
                                                  .pid = VSA_DB_NULL, .sm_count = VSA_DB_NULL,
                                                  .device_index = VSA_DB_NULL,
-                                                 .dirty = VSA_DB_NULL}, &rid) == 0,
+                                                 .dirty = VSA_DB_NULL,
+                                                 .shard_index = VSA_DB_NULL,
+                                                 .shard_count = VSA_DB_NULL}, &rid) == 0,
             "the upgraded database takes new runs", "%s", vsa_last_error());
       vsa_db_close(u);
     }
