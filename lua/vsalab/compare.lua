@@ -192,9 +192,10 @@ function M.main(argv)
   -- Shards of one sweep are one run: name the run by its first shard.
   local function first(id) return shard.members(db, id)[1] end
   if ok2 and ok3 and a ~= b and first(a) == first(b) then
+    local one = first(a)
     db:close()
     io.stderr:write(string.format("vsalab compare: %s and %s are shards of one sweep (one logical run %d)\n",
-      refs[1], refs[2], first(a)))
+      refs[1], refs[2], one))
     return 2
   end
   if ok2 and ok3 then a, b = first(a), first(b) end

@@ -3,7 +3,8 @@
 --   for i, c in dispatch.each(name, configs, estimate) do ... end
 --
 -- i is the point's position in configs (1-based), c the point. Alone, a
--- process takes every point in order. Under `vsalab run --devices` it is a
+-- process takes every point in order (under --shard I/N: the points of
+-- its slice, lua/vsalab/shard.lua). Under `vsalab run --devices` it is a
 -- worker (vsalab.run.worker()): it sends the coordinator its plan (every
 -- point's hash, estimated cost and definition) and then asks for one point
 -- at a time, so each point goes to whichever GPU is free and the longest
@@ -55,6 +56,9 @@ function M.cost(c)
 end
 
 function M.each(name, configs, estimate)
+  -- --shard I/N: this slice only (experiment.run has already taken it, to
+  -- count and print it; taking it twice changes nothing).
+  configs = require("vsalab.shard").select((package.loaded.vsalab.context or {}).shard, configs)
   local w = run.worker()
   if not w then
     local i = 0
