@@ -35,11 +35,14 @@
 
 static char schema_text[256 * 1024];
 static char upgrade2_text[64 * 1024];
+static char upgrade3_text[64 * 1024];
 
 const vsa_embedded_file vsa_embedded[] = {
   {"schema", "sql", "@db/schema.sql", sizeof schema_text, schema_text},
   {"upgrade_0002", "sql", "@db/upgrades/0002_measurement.sql",
    sizeof upgrade2_text, upgrade2_text},
+  {"upgrade_0003", "sql", "@db/upgrades/0003_multi.sql",
+   sizeof upgrade3_text, upgrade3_text},
   {NULL, NULL, NULL, 0, NULL},
 };
 
@@ -62,17 +65,20 @@ load_file(const char *path, char *schema_text, size_t cap)
   return 0;
 }
 
-/* db/schema.sql and db/upgrades/0002_measurement.sql beside it. */
+/* db/schema.sql and the db/upgrades/ beside it. */
 static int
 load_schema(const char *path)
 {
-  char up[4096];
+  char up2[4096], up3[4096];
   const char *slash = strrchr(path, '/');
   int dir = slash ? (int)(slash - path) : 0;
-  snprintf(up, sizeof up, "%.*s%supgrades/0002_measurement.sql", dir, path,
+  snprintf(up2, sizeof up2, "%.*s%supgrades/0002_measurement.sql", dir, path,
+           slash ? "/" : "");
+  snprintf(up3, sizeof up3, "%.*s%supgrades/0003_multi.sql", dir, path,
            slash ? "/" : "");
   if (load_file(path, schema_text, sizeof schema_text)) return -1;
-  return load_file(up, upgrade2_text, sizeof upgrade2_text);
+  if (load_file(up2, upgrade2_text, sizeof upgrade2_text)) return -1;
+  return load_file(up3, upgrade3_text, sizeof upgrade3_text);
 }
 
 // ----------------------------------------------------------------------------
