@@ -170,6 +170,7 @@ function C:handle_line(slot, line)
       slot.reading_plan = nil
       slot.planned = true
       if not self:plan(slot, rp.seq, rp.name, rp.points) then
+        slot.rejected = true -- it stops at the abort: hand it nothing
         core.proc_write(slot.fd, "abort\tthis worker's sweep differs from the first worker's "
           .. "(a script must expand the same points in every process)\n")
       end
@@ -194,7 +195,7 @@ function C:handle_line(slot, line)
       q.done, q.est_done = q.done + 1, q.est_done + slot.point.est
       slot.point = nil
     end
-    local k = p and table.remove(p.queue, 1)
+    local k = p and not slot.rejected and table.remove(p.queue, 1)
     if k then
       slot.point, slot.state, slot.since = p.points[k], "busy", now()
       self.t_first = self.t_first or now()
@@ -370,6 +371,7 @@ function M.main(argv)
   local ok_run, r = pcall(run.current, {devices = json.encode(list), device_index = false})
   if not ok_run then io.stderr:write("vsalab: ", tostring(r), "\n"); return 1 end
   self.run_id = r.id
+  self.last_status = now()
   self:say(string.format("run %d in %s: %d worker%s", r.id, r.path, #gpus, #gpus == 1 and "" or "s"))
   local ok, err = pcall(function()
     for _, d in ipairs(gpus) do

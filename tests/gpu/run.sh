@@ -3,7 +3,7 @@
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile): quick specs sanitize invert seed_sweep
-# wan720p modes compare fault profile breakdown case12
+# wan720p modes compare fault devices profile breakdown case12
 # Logs go to $OUT (or ./gpu-out), one STEP.log per step (sass.txt for
 # quick's SASS report) plus results.db, modes.db, compare.db, fault.db. WAN720P_ARGS passes axis overrides to the main
 # job, e.g. WAN720P_ARGS="-a H=40 -a density=[0.1,0.25]".
@@ -11,7 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-build/vsalab}
 shift || true
-steps=${*:-quick specs sanitize invert seed_sweep wan720p modes compare fault}
+steps=${*:-quick specs sanitize invert seed_sweep wan720p modes compare fault devices}
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PATH=$PATH:/usr/local/cuda/bin
@@ -74,6 +74,7 @@ for step in $steps; do
       (exit $rc_modes) ;;
     compare) tests/gpu/compare_proof.sh "$bin" 2>&1 | tee "$out/compare.log" ;;
     fault) tests/gpu/fault_proof.sh "$bin" 2>&1 | tee "$out/fault.log" ;;
+    devices) tests/gpu/devices_proof.sh "$bin" 2>&1 | tee "$out/devices.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   rc=${PIPESTATUS[0]}
