@@ -81,8 +81,16 @@ i=\$SLURM_ARRAY_TASK_ID
 # SQLite on local disk, never on the shared filesystem.
 tmp=\$(mktemp -d "\${TMPDIR:-/tmp}/vsalab-shard.XXXXXX")
 echo "shard \$i of \$SLURM_ARRAY_TASK_COUNT, job \${SLURM_ARRAY_JOB_ID}_\$i on \$(hostname), CUDA_VISIBLE_DEVICES=\${CUDA_VISIBLE_DEVICES-}"
-$(q "$vsalab") run --db "\$tmp/shard.db" --shard slurm --sweep-id "slurm-\$SLURM_ARRAY_JOB_ID" $(q ${run_opts[@]+"${run_opts[@]}"} "$script" "$@")
-rc=\$?
+# scancel or the time limit: vsalab gets SIGTERM and closes its run
+# 'interrupted'; this shell waits for it, then still copies the DB.
+trap 'kill -TERM "\$pid" 2>/dev/null' TERM INT
+$(q "$vsalab") run --db "\$tmp/shard.db" --shard slurm --sweep-id "slurm-\$SLURM_ARRAY_JOB_ID" $(q ${run_opts[@]+"${run_opts[@]}"} "$script" "$@") &
+pid=\$!
+while :; do
+  wait "\$pid"; rc=\$?
+  [ "\$rc" -gt 128 ] && kill -0 "\$pid" 2>/dev/null && continue
+  break
+done
 # Whatever was measured is kept, even after a failure.
 if [ -f "\$tmp/shard.db" ]; then
   cp "\$tmp/shard.db" "$out/shard-\$i.db.part" && mv "$out/shard-\$i.db.part" "$out/shard-\$i.db" || rc=1

@@ -195,7 +195,7 @@ function C:handle_line(slot, line)
       q.done, q.est_done = q.done + 1, q.est_done + slot.point.est
       slot.point = nil
     end
-    local k = p and not slot.rejected and table.remove(p.queue, 1)
+    local k = p and not slot.rejected and not self.stopping and table.remove(p.queue, 1)
     if k then
       slot.point, slot.state, slot.since = p.points[k], "busy", now()
       self.t_first = self.t_first or now()
