@@ -51,6 +51,17 @@ bulk_reduce_add_f32(float *gdst, uint32_t ssrc, uint32_t bytes)
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 
+/* The same for 32-bit integers (two's-complement wrap-around: exact, and
+ * the same bits in any order). */
+__device__ __forceinline__ void
+bulk_reduce_add_u32(uint32_t *gdst, uint32_t ssrc, uint32_t bytes)
+{
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32 [%0], [%1], %2;\n"
+      ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
 /* Wait until the bulk ops of this thread have read their shared memory. */
 __device__ __forceinline__ void
 bulk_wait_read()

@@ -213,7 +213,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   float *kv_acc = reinterpret_cast<float *>(static_cast<char *>(d_scratch) + kv_acc_offset(rows, kv_rows));
   int *kv_sem = reinterpret_cast<int *>(kv_acc + kv_rows * 2 * D);
   const int group = vsa_bwd::heads_per_group(BH, s->Sq, chunks);
-  vsa_bwd::prep_params pp;
+  vsa_bwd::prep_params pp = {};
   pp.dO = d_dO;
   pp.o = d_o;
   pp.delta = delta;
@@ -283,6 +283,8 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     else
       bwd_kernel<false><<<grid, CONSUMER_THREADS, SMEM_BYTES, stream>>>(p);
   }
-  return vsa_bwd::launch_dq_finish(dq_accum, d_dq, s->sm_scale, rows, variant != VSA_SM90A_ATOMIC,
-                                   stream);
+  return vsa_bwd::launch_dq_finish(dq_accum, d_dq, s->sm_scale, rows,
+                                   variant == VSA_SM90A_ATOMIC ? vsa_bwd::DQ_ROWS
+                                                               : vsa_bwd::DQ_ROWS_SWIZZLED,
+                                   NULL, stream);
 }

@@ -6,7 +6,9 @@
 -- A and B are run ids, `latest`, `latest~N` (N runs before the latest), or
 -- a project revision prefix of 4+ hex digits (the latest run built from it). A is the
 -- baseline. Points match on (experiment, kernel, B, H, Sq, Skv, D, block,
--- density, topk, ragged, timing mode); when a run measured a point twice
+-- density, topk, ragged, list kind, timing mode); the list kind is the
+-- row's extra.point.lists ('random' when absent: rows of random lists and
+-- rows logged before the axis existed); when a run measured a point twice
 -- the last row counts; a point timed in one run only is listed as ONLY A
 -- or ONLY B. Verdicts, from the medians and each run's measured range
 -- [ms_min, ms_max]:
@@ -45,7 +47,10 @@ function M.verdict(a, b, opts)
 end
 
 local key_cols = {"experiment", "kernel", "B", "H", "Sq", "Skv", "D", "block",
-  "density", "topk", "ragged", "mode"}
+  "density", "topk", "ragged", "lists", "mode"}
+
+-- SQL for a result row's list kind: 'random' or 'vsa:ℓ' (extra.point.lists).
+M.lists_sql = [[coalesce(CASE WHEN json_valid(extra) THEN json_extract(extra, '$.point.lists') END, 'random')]]
 
 local function point_key(r)
   local parts = {}
@@ -95,7 +100,8 @@ end
 
 -- The timed rows of run id's logical run (every shard of its sweep).
 local function load(db, id)
-  local rows = db:q([[SELECT * FROM result WHERE run_id IN ]] .. shard.in_list(shard.members(db, id))
+  local rows = db:q("SELECT *, " .. M.lists_sql .. [[ AS lists FROM result
+                      WHERE run_id IN ]] .. shard.in_list(shard.members(db, id))
     .. [[ AND ms_median IS NOT NULL ORDER BY id]])
   local by = {}
   for _, r in ipairs(rows) do
@@ -110,7 +116,8 @@ end
 
 local function point_row(r, verdict)
   return {experiment = r.experiment, kernel = r.kernel, B = r.B, H = r.H, S = r.Sq,
-    ragged = r.ragged, density = r.density, mode = r.mode, verdict = verdict, flags = ""}
+    ragged = r.ragged, density = r.density, lists = r.lists, mode = r.mode,
+    verdict = verdict, flags = ""}
 end
 
 -- Compare runs a and b (ids) of db; returns the list of point rows, whether
@@ -210,7 +217,7 @@ function M.main(argv)
     a, b, matched, matched == 1 and "" or "s", opts.floor_pct, opts.floor_ms))
   report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "B", fmt = "%d"},
     {key = "H", fmt = "%d"}, {key = "ragged", fmt = "%d"},
-    {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "mode"},
+    {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
     {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
     {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
   local counts = {}
