@@ -13,7 +13,8 @@
 #                   build/vsalab beside this script)
 #   --name NAME     job name (default vsalab-<script name>)
 #   --gres SPEC     per array task (default gpu:1; Slurm then sets
-#                   CUDA_VISIBLE_DEVICES to the GPU it gave the task)
+#                   CUDA_VISIBLE_DEVICES to the GPU it gave the task;
+#                   none: no --gres line, for CPU-only sweeps)
 #   --sbatch ARG    one more sbatch argument for both jobs (repeatable), e.g.
 #                   --sbatch --partition=gpu --sbatch --time=02:00:00
 #   --dry-run       print the two batch scripts and the sbatch commands only
@@ -72,7 +73,7 @@ shard_script() {
 #!/bin/bash
 #SBATCH --job-name=$name
 #SBATCH --array=0-$((shards - 1))
-#SBATCH --gres=$gres
+$([ "$gres" = none ] || echo "#SBATCH --gres=$gres")
 #SBATCH --output=$out/logs/shard-%A_%a.out
 #SBATCH --chdir=$PWD
 # One shard of the sweep (vsalab run --shard slurm), written by slurm-sweep.sh.
@@ -81,9 +82,10 @@ i=\$SLURM_ARRAY_TASK_ID
 # SQLite on local disk, never on the shared filesystem.
 tmp=\$(mktemp -d "\${TMPDIR:-/tmp}/vsalab-shard.XXXXXX")
 echo "shard \$i of \$SLURM_ARRAY_TASK_COUNT, job \${SLURM_ARRAY_JOB_ID}_\$i on \$(hostname), CUDA_VISIBLE_DEVICES=\${CUDA_VISIBLE_DEVICES-}"
-# scancel or the time limit: vsalab gets SIGTERM and closes its run
-# 'interrupted'; this shell waits for it, then still copies the DB.
-trap 'kill -TERM "\$pid" 2>/dev/null' TERM INT
+# scancel or the time limit: Slurm sends SIGTERM to every process of the
+# task, so vsalab closes its run 'interrupted'; this shell outlives the
+# signal, waits for vsalab, then still copies the DB.
+trap ':' TERM INT
 $(q "$vsalab") run --db "\$tmp/shard.db" --shard slurm --sweep-id "slurm-\$SLURM_ARRAY_JOB_ID" $(q ${run_opts[@]+"${run_opts[@]}"} "$script" "$@") &
 pid=\$!
 while :; do

@@ -16,7 +16,9 @@
 # 3. The same with shard 1 failing on purpose: the merge job must end
 #    CANCELLED, no merged DB, and all four shard DBs intact (the failed one
 #    with its rows, status failed).
-# 4. Teardown by PID (never by name), temp dir removed.
+# 4. A one-shard sweep cancelled (scancel) while it runs: its run ends
+#    interrupted and its DB, every row kept, is still copied out.
+# 5. Teardown by PID (never by name), temp dir removed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 V=$(cd "$(dirname "${1:-$root/build/vsalab}")" && pwd)/$(basename "${1:-$root/build/vsalab}")
@@ -181,4 +183,23 @@ for i in 0 1 2 3; do
 done
 [ "$n" = "$(echo "$single" | wc -l)" ] || fail "the shard DBs hold $n rows, expected every row measured ($(echo "$single" | wc -l))"
 say "failed shard: merge job CANCELLED, 4 shard DBs intact with all $n rows ($(since))"
+
+# --- scancel of a running shard: its rows are copied out, run interrupted -
+sub=$(cd "$S" && VSALAB_TEST_HOLD=1 "$root/scripts/slurm-sweep.sh" --vsalab "$V" --out "$S/out3" \
+  --shards 1 --seed 7 "$root/tests/slurm/sweep.lua" "${args[@]}")
+jid=$(echo "$sub" | sed -n 's/^array job \([0-9]*\):.*/\1/p')
+mid=$(echo "$sub" | sed -n 's/^merge job \([0-9]*\):.*/\1/p')
+for i in $(seq 240); do
+  grep -qs '^holding' "$S/out3/logs/shard-${jid}_0.out" && break
+  [ "$i" = 240 ] && fail "the held shard never reached its hold"
+  sleep 0.25
+done
+scancel "$jid"
+wait_jobs "$jid" "$mid"
+f="$S/out3/shard-0.db"
+[ -f "$f" ] || fail "the cancelled shard's DB was not copied out"
+[ "$(q "$f" "SELECT status FROM run")" = interrupted ] || fail "cancelled shard: run status $(q "$f" "SELECT status FROM run")"
+[ "$(q "$f" "SELECT count(*) FROM result")" = "$(echo "$single" | wc -l)" ] || fail "cancelled shard: rows lost"
+[ "$(job_state "$mid")" = CANCELLED ] || fail "merge job after scancel: $(job_state "$mid")"
+say "scancel: the shard's run is interrupted and its DB copied out with every row ($(since))"
 say "ok"
