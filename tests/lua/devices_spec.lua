@@ -239,6 +239,20 @@ describe("run --shard, merge and logical runs", function()
     for _, n in ipairs(sizes) do assert.is_true(n > 0) end
   end)
 
+  it("splits a shard over the GPUs of a host with --devices", function()
+    shard_runs(2)
+    local rc, _, err = H.sh("VSALAB_TEST_POINTS=24 VSALAB_FAKE_DEVICES=2 " .. H.exe
+      .. " run --devices all --shard 1/2 --db " .. dir .. "/d.db " .. dir .. "/pts.lua")
+    assert.equal(0, rc, err)
+    local a, b = open(dir .. "/s1.db"), open(dir .. "/d.db")
+    local sql = "SELECT B, point_hash FROM result ORDER BY B"
+    assert.same(a:q(sql), b:q(sql))
+    local r = b:q("SELECT shard_index, shard_count, sweep_id FROM run")[1]
+    assert.same({shard_index = 1, shard_count = 2, sweep_id = a:q("SELECT sweep_id FROM run")[1].sweep_id}, r)
+    a:close()
+    b:close()
+  end)
+
   it("takes the slice from Slurm's array variables with --shard slurm", function()
     local rc, _, err = H.sh("SLURM_ARRAY_TASK_ID=5 SLURM_ARRAY_TASK_MIN=4 SLURM_ARRAY_TASK_COUNT=3 SLURM_ARRAY_JOB_ID=77 "
       .. H.exe .. " run --shard slurm --db " .. dir .. "/s.db " .. dir .. "/pts.lua")
