@@ -28,6 +28,7 @@ local M = {}
 M.max_deaths = 3        -- workers started per GPU before it is given up
 M.stop_grace_s = 20     -- after SIGINT, seconds before workers are killed
 M.status_every_s = 10   -- a status line at least this often while busy
+M.status_min_s = 1      -- and at most this often
 
 -- The GPUs of spec ("all" or "0,1,3"): {{index=, name=, uuid=, visible=}}
 -- (visible: what CUDA_VISIBLE_DEVICES names it by), or nil, why.
@@ -92,8 +93,9 @@ local function fmt_s(s)
 end
 
 -- The coordinator's state: workers, plans (by sequence number) and the
--- run. Plans: {name=, points={{k, hash, est, point}}, queue={k...} (longest
--- first), given=0, done=0, est_total, est_done}.
+-- run. Plans: {name=, points={{k=, hash=, est=, point= (JSON), seq=}},
+-- queue={k...} (not handed out yet, longest first), done= (points
+-- finished or lost), est_done= (their estimates, for the ETA)}.
 local C = {}
 C.__index = C
 
@@ -116,11 +118,14 @@ function C:say(msg)
   io.stderr:flush()
 end
 
-function C:status(force)
+-- The status line: at every event (at most once a second), at least every
+-- status_every_s while busy, and at the end (force).
+function C:status(event, force)
   local t = now()
-  if not force and t - (self.last_status or 0) < M.status_every_s then return end
+  local wait = event and M.status_min_s or M.status_every_s
+  if not force and t - (self.last_status or 0) < wait then return end
   self.last_status = t
-  local given, done, total, est_left, est_done = 0, 0, 0, 0, 0
+  local done, total, est_left, est_done = 0, 0, 0, 0
   for _, p in pairs(self.plans) do
     total, done = total + #p.points, done + p.done
     est_done = est_done + p.est_done
@@ -153,7 +158,7 @@ function C:plan(slot, seq, name, pts)
       if pts[a].est ~= pts[b].est then return pts[a].est > pts[b].est end
       return a < b
     end)
-    p = {name = name, points = pts, queue = queue, done = 0, est_done = 0, failed = {}}
+    p = {name = name, points = pts, queue = queue, done = 0, est_done = 0}
     self.plans[seq] = p
     return true
   end
@@ -181,7 +186,7 @@ function C:handle_line(slot, line)
       point = point, seq = rp.seq}
     return
   end
-  local seq, name, n = line:match("^plan\t(%d+)\t([^\t]*)\t(%d+)$")
+  local seq, name = line:match("^plan\t(%d+)\t([^\t]*)\t%d+$")
   if seq then
     slot.reading_plan = {seq = tonumber(seq), name = name, points = {}}
     return
@@ -218,13 +223,15 @@ local function drain(fd, slot, key, fn)
     slot[key] = ""
     return false
   end
-  slot[key] = slot[key] .. s
+  -- Lines by position (a plan of many points arrives as one long read).
+  local buf, pos = slot[key] .. s, 1
   while true do
-    local line, rest = slot[key]:match("^([^\n]*)\n(.*)$")
-    if not line then break end
-    slot[key] = rest
-    fn(line)
+    local nl = buf:find("\n", pos, true)
+    if not nl then break end
+    fn(buf:sub(pos, nl - 1))
+    pos = nl + 1
   end
+  slot[key] = buf:sub(pos)
   return true
 end
 
@@ -396,7 +403,7 @@ function M.main(argv)
   if self.unplanned and next(self.plans) == nil and #gpus > 1 then
     self:say("warning: the script measured without vsalab.experiment.run, so every worker ran it whole")
   end
-  self:status(true)
+  self:status(false, true)
   if #self.errors > 0 then
     local msg = table.concat(self.errors, "\n")
     io.stderr:write("vsalab: ", msg, "\n")
