@@ -836,6 +836,52 @@ child_killed(void *arg, int fd)
   _exit(9); /* no run_end, no close */
 }
 
+/* Schema 3: every run gets a distinct uid; sweep, shard and devices on the
+ * run and the GPU on each row are stored as given. */
+static void
+test_sweeps_and_gpus(void)
+{
+  vsa_db *db = NULL;
+  if (vsa_db_open(&db, tmp("sweep.db"), 0) != 0) {
+    check(0, "open sweep.db", "%s", vsa_last_error());
+    return;
+  }
+  sqlite3 *h = vsa_db_handle(db);
+  vsa_run_info info;
+  fill_info(&info, "s.lua");
+  info.sweep_id = "slurm-42";
+  info.shard_index = 3;
+  info.shard_count = 4;
+  info.devices = "[{\"index\":0,\"name\":\"NVIDIA H200\",\"uuid\":\"GPU-1\"}]";
+  int64_t a = 0, b = 0;
+  int rc = vsa_db_run_begin(db, &info, &a);
+  fill_info(&info, "s.lua");
+  rc |= vsa_db_run_begin(db, &info, &b);
+  check(rc == 0, "runs with sweep, shard and devices begin", "%s", vsa_last_error());
+  check(qint(h, "SELECT count(DISTINCT uid) FROM run WHERE length(uid) = 32") == 2,
+        "each run gets its own 32-hex-digit uid", NULL);
+  check(qint(h, "SELECT count(*) FROM run WHERE sweep_id = 'slurm-42' AND shard_index = 3"
+                " AND shard_count = 4 AND json_extract(devices, '$[0].uuid') = 'GPU-1'") == 1,
+        "sweep, shard and devices stored", NULL);
+  check(qint(h, "SELECT count(*) FROM run WHERE sweep_id IS NULL AND shard_index IS NULL") == 1,
+        "unknown sweep and shard stored as NULL", NULL);
+  vsa_result_row row;
+  fill_row(&row, a, "sm90a", 4096);
+  row.gpu_index = 1;
+  row.gpu_name = "NVIDIA H200";
+  row.gpu_uuid = "GPU-2";
+  check(vsa_db_result_add(db, &row, NULL, 0, NULL) == 0, "a row with its GPU", "%s",
+        vsa_last_error());
+  check(qint(h, "SELECT count(*) FROM result WHERE gpu_index = 1 AND gpu_uuid = 'GPU-2'") == 1,
+        "the row names its GPU", NULL);
+  fill_info(&info, "s.lua");
+  info.shard_count = 0;
+  check(vsa_db_run_begin(db, &info, NULL) != 0, "shard_count 0 refused", NULL);
+  check(sqlite3_exec(h, "UPDATE run SET uid = (SELECT uid FROM run WHERE id = 1)", NULL, NULL,
+                     NULL) != SQLITE_OK, "a duplicate uid refused", NULL);
+  vsa_db_close(db);
+}
+
 static void
 test_killed_run(void)
 {
@@ -894,6 +940,7 @@ main(int argc, char **argv)
   test_busy_wait();
   test_concurrent_writers();
   test_killed_run();
+  test_sweeps_and_gpus();
 
   printf("%d passed, %d failed\n", npassed, nfailed);
   if (nfailed == 0)
