@@ -89,23 +89,22 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
                              float *d_dv, float *d_delta, cudaStream_t stream);
 
 /* ---------------------------------------------------------------------------
- * bsa_bwd_sm90a.cu: the native Hopper backward (wgmma; sm_90a only, D = 128).
- * Same contract as bsa_backward_ref with bf16 outputs; d_scratch holds the
- * fp32 dQ accumulator, Delta and the deterministic mode's counters
+ * sm90/bsa_bwd_sm90a.cu: the native Hopper backward (wgmma; sm_90a only, D =
+ * 128). Same contract as bsa_backward_ref with bf16 outputs; d_scratch
+ * holds the fp32 dQ accumulator, Delta, the deterministic mode's row
+ * exponents, the work order and the q-chunk partials
  * (bsa_backward_sm90a_scratch_bytes). variant picks the main kernel:
  *   VSA_SM90A_WS     v3: warp-specialized, TMA + mbarrier producer (default)
  *   VSA_SM90A_BULK   v2: one warpgroup, cp.async, one bulk dQ reduce per pair
  *   VSA_SM90A_ATOMIC v1: as v2 with dQ by vector atomics
- * d_q2k_idx/d_q2k_num (the same pairs as q2k lists, each row ascending and
- * free of repeats, [B,H,nq,q2k_width] / [B,H,nq] i32) turn on the
- * deterministic dQ order (VSA_SM90A_WS only); NULL otherwise. The k2q rows
- * must then be free of repeats too (a repeated pair would wait forever; the
- * kernel traps instead). q_chunk (VSA_SM90A_WS): q blocks per chunk of
- * the q range (0: all): a kv block's pairs are taken one chunk at a time,
- * chunk-major, so that the Q/dO/dQ working set of the CTAs running at once
- * stays in L2 at long sequences; dK/dV partials pass between a kv block's
- * chunks in chunk order (deterministic). Returns cudaErrorInvalidValue for
- * shapes or options it does not take.
+ * deterministic (VSA_SM90A_WS only): dQ partials added as int32 fixed point
+ * (exact in any order: the same bits every run; common/bwd_prep.h has the
+ * bound), else fp32 in arrival order. q_chunk (VSA_SM90A_WS): q blocks per
+ * chunk of the q range (0: all): a kv block's pairs are taken one chunk at
+ * a time, chunk-major, so that the Q/dO/dQ working set of the CTAs running
+ * at once stays in L2 at long sequences; dK/dV partials pass between a kv
+ * block's chunks in chunk order (deterministic). Returns
+ * cudaErrorInvalidValue for shapes or options it does not take.
  */
 typedef enum {
   VSA_SM90A_ATOMIC = 0,
@@ -120,8 +119,7 @@ cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
                                const int32_t *d_k2q_num, int k2q_width,
                                const int32_t *d_vbs, void *d_scratch,
                                uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
-                               vsa_sm90a_variant variant, const int32_t *d_q2k_idx,
-                               const int32_t *d_q2k_num, int q2k_width, int q_chunk,
+                               vsa_sm90a_variant variant, int deterministic, int q_chunk,
                                cudaStream_t stream);
 
 /* ---------------------------------------------------------------------------

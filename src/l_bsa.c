@@ -717,7 +717,7 @@ l_sm100a_image_check(lua_State *L)
 /* vsalab.backward_sm90a(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out={dq, dk, dv},
  *   poison=true, validate=false, canonical=true, version=3,
- *   deterministic=false, q2k=, q_chunk=512}]) -> dq, dk, dv bf16
+ *   deterministic=false, q_chunk=512}]) -> dq, dk, dv bf16
  *   (dq, dk × sm_scale).
  * vsalab.backward_sm100a(same [, {sm_scale, out, poison, validate,
  *   canonical, deterministic=true, q_chunk=512, emulate=false}]): the
@@ -729,14 +729,10 @@ l_sm100a_image_check(lua_State *L)
  * ascending (vsalab.invert_indices output). version (sm90a) picks the main
  * kernel: 3 (warp-specialized TMA producer, default), 2 (one warpgroup,
  * bulk dQ reduce) or 1 (dQ by atomics); kernels/NOTES.md has each one's
- * figures. deterministic=true makes dq the same bits every run: sm90a
- * (version 3) adds every q block's dQ partials in ascending kv order, which
- * implies the canonical pass (its q2k lists order the adds) unless
- * q2k={q2k_idx, q2k_num} hands over the same pairs as q2k lists with
- * ascending rows and no repeats (vsalab.invert_indices of k2q_idx; not
- * checked, a mismatch makes the kernel trap) and canonical=false says k2q
- * rows are so too; sm100a adds int32 fixed point (exact in any order; its
- * default; deterministic=false sums fp32 in arrival order).
+ * figures. deterministic=true makes dq the same bits every run: the dQ
+ * partials are added as int32 fixed point, exact in any order (sm90a:
+ * version 3; sm100a: its default), instead of fp32 in arrival order; the
+ * per-row scale bound is in kernels/common/bwd_prep.h.
  * q_chunk (default 512, 0 = off) takes each kv block's pairs one range of
  * q_chunk q blocks at a time, all kv blocks of a range before the next, so
  * the Q/dO/dQ working set stays in L2 at long sequences; it costs scratch of
@@ -751,7 +747,7 @@ static int
 native(lua_State *L, native_arch arch)
 {
   static const char *const keys90[] = {"sm_scale", "out", "poison", "validate", "canonical",
-                                       "version", "deterministic", "q2k", "q_chunk", NULL};
+                                       "version", "deterministic", "q_chunk", NULL};
   static const char *const keys100[] = {"sm_scale", "out", "poison", "validate", "canonical",
                                         "deterministic", "q_chunk", "emulate", NULL};
   const char *fn = arch == NATIVE_SM90A ? "backward_sm90a" : "backward_sm100a";
@@ -788,26 +784,6 @@ native(lua_State *L, native_arch arch)
   }
   if (deterministic && variant != VSA_SM90A_WS)
     return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3");
-  /* sm90a's deterministic order is ranked by q2k lists (sm100a needs none). */
-  const int det_lists = arch == NATIVE_SM90A && deterministic;
-  vsa_tensor *given_idx = NULL, *given_num = NULL;
-  if (arch == NATIVE_SM90A && lua_istable(L, 10)) {
-    lua_getfield(L, 10, "q2k");
-    if (!lua_isnil(L, -1)) {
-      if (!deterministic)
-        return vsa_lua_errorf(L, "backward_sm90a: field 'q2k' is only used with deterministic=true");
-      if (!lua_istable(L, -1))
-        return vsa_lua_errorf(L, "backward_sm90a: field 'q2k' must be {q2k_idx, q2k_num}");
-      int t = lua_gettop(L);
-      lua_rawgeti(L, t, 1);
-      given_idx = vsa_lua_checkarg(L, lua_gettop(L), "q2k[1] (q2k_idx)", VSA_I32, 4);
-      lua_rawgeti(L, t, 2);
-      given_num = vsa_lua_checkarg(L, lua_gettop(L), "q2k[2] (q2k_num)", VSA_I32, 3);
-    } else {
-      lua_pop(L, 1);
-    }
-  }
-  if (det_lists && !given_idx) canonical = 1;
   bwd_args a;
   backward_args(L, &a, validate);
   attn_dims d = a.d;
@@ -826,7 +802,7 @@ native(lua_State *L, native_arch arch)
   vsa_shape s;
   fill_shape(&d, &s, a.sm_scale);
   int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
-  vsa_tensor *ci = NULL, *cn = NULL, *q2k_idx = NULL, *q2k_num = NULL;
+  vsa_tensor *ci = NULL, *cn = NULL;
   if (validate || canonical) {
     /* k2q -> q2k validates the lists; q2k -> k2q again gives every kv row
      * its q blocks in ascending order, so dk/dv (summed in list order) do
@@ -843,36 +819,19 @@ native(lua_State *L, native_arch arch)
       invert_into(L, ti, tn, (int)d.H, a.nkv, ci, cn, 0, "q2k_idx", "q2k_num",
                   "q block");
     }
-    if (det_lists) {
-      q2k_idx = ti; /* kept on the stack: they order the dQ adds */
-      q2k_num = tn;
+    /* Free the q2k lists now; their userdata may be collected once popped. */
+    vsa_tensor_release(ti);
+    vsa_tensor_release(tn);
+    if (canonical) {
+      lua_remove(L, -3);
+      lua_remove(L, -3);
     } else {
-      /* Free the q2k lists now; their userdata may be collected once popped. */
-      vsa_tensor_release(ti);
-      vsa_tensor_release(tn);
-      if (canonical) {
-        lua_remove(L, -3);
-        lua_remove(L, -3);
-      } else {
-        lua_pop(L, 2);
-      }
+      lua_pop(L, 2);
     }
   }
   if (ci) {
     a.kidx = ci;
     a.knum = cn;
-  }
-  if (given_idx) {
-    int64_t gi[4] = {d.B, d.H, a.nq, a.nkv}, gn[3] = {d.B, d.H, a.nq};
-    gi[3] = given_idx->shape[3];
-    vsa_arg_shape(L, given_idx, "q2k[1] (q2k_idx)", 4, gi);
-    vsa_arg_shape(L, given_num, "q2k[2] (q2k_num)", 3, gn);
-    vsa_arg_device(L, given_idx, "q2k[1] (q2k_idx)", d.device, "q");
-    vsa_arg_device(L, given_num, "q2k[2] (q2k_num)", d.device, "q");
-    if (!vsa_tensor_is_contiguous(given_idx) || !vsa_tensor_is_contiguous(given_num))
-      return vsa_lua_errorf(L, "q2k: the lists must be contiguous");
-    q2k_idx = given_idx;
-    q2k_num = given_num;
   }
   vsa_tensor *outs[3];
   if (!out_buffers(L, fn, &a, VSA_BF16, "", sq, sk, outs))
@@ -902,9 +861,7 @@ native(lua_State *L, native_arch arch)
                            vsa_tensor_data(a.knum), (int)a.kidx->shape[3],
                            vsa_tensor_data(a.vbs), ws, vsa_tensor_data(outs[0]),
                            vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]), variant,
-                           q2k_idx ? vsa_tensor_data(q2k_idx) : NULL,
-                           q2k_num ? vsa_tensor_data(q2k_num) : NULL,
-                           q2k_idx ? (int)q2k_idx->shape[3] : 0, q_chunk, vsa_stream());
+                           deterministic, q_chunk, vsa_stream());
   else
     e = (emulate ? bsa_backward_sm100a_emu : bsa_backward_sm100a)(
         &s, dO, q, k, v, o, vsa_tensor_data(a.lse), vsa_tensor_data(a.kidx),

@@ -201,6 +201,13 @@ fast_exp2(float x)
   return y;
 }
 
+/* 2^e exactly, for e in [-126, 127] (the fixed-point row scales). */
+__device__ __forceinline__ float
+exp2_int(int e)
+{
+  return __int_as_float((e + 127) << 23);
+}
+
 __device__ __forceinline__ uint32_t
 pack_bf16(float lo, float hi)
 {

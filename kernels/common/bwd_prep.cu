@@ -148,7 +148,8 @@ dq_index(dq_layout layout, int64_t row, int c)
 {
   switch (layout) {
   case DQ_ROWS: return (row << 5) + c;
-  case DQ_ROWS_SWIZZLED: return (row << 5) + (c ^ (int)(row & 7));
+  case DQ_ROWS_SWIZZLED:
+  case DQ_ROWS_SWIZZLED_FIXED: return (row << 5) + (c ^ (int)(row & 7));
   default: { // quarters of each 64-row q block
     const int r = (int)(row & 63), qt = c >> 3, x = c & 7;
     return ((row >> 6) << 11) + (qt << 9) + (r << 3) + (x ^ (r & 7));
@@ -166,7 +167,7 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layou
     const int64_t row = x >> 5; // 32 chunks of 4 floats per 128-float row
     float4 a = acc[dq_index(layout, row, (int)(x & 31))];
     float sc = scale;
-    if (layout == DQ_QUARTERS_FIXED) {
+    if (layout == DQ_QUARTERS_FIXED || layout == DQ_ROWS_SWIZZLED_FIXED) {
       const int4 v = *reinterpret_cast<const int4 *>(&a);
       a = make_float4((float)v.x, (float)v.y, (float)v.z, (float)v.w);
       sc = ldexpf(scale, -row_exp[row]);

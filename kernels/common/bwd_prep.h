@@ -58,13 +58,14 @@ cudaError_t launch_prep(const prep_params &p, cudaStream_t stream);
 enum dq_layout {
   DQ_ROWS,            // fp32 rows in order (atomics)
   DQ_ROWS_SWIZZLED,   // fp32 rows, chunk c of row r at c ^ (r & 7) (sm90a bulk)
+  DQ_ROWS_SWIZZLED_FIXED, // the same, int32 fixed point with row_exp (sm90a deterministic)
   DQ_QUARTERS,        // per 64-row q block: [column quarter][row][8 chunks at
                       // c ^ (row & 7)], fp32 (sm100a: 4 KB per warp and quarter)
   DQ_QUARTERS_FIXED   // the same, int32 fixed point with row_exp
 };
 
 /* dq[rows, D] (bf16) = accumulator · scale, read in `layout`; row_exp:
- * the fixed-point exponents (DQ_QUARTERS_FIXED), NULL otherwise. */
+ * the fixed-point exponents (the *_FIXED layouts), NULL otherwise. */
 cudaError_t launch_dq_finish(const float *dq_accum, uint16_t *dq, float scale, int64_t rows,
                              dq_layout layout, const int *row_exp, cudaStream_t stream);
 

@@ -502,7 +502,7 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
         const int64_t qrow0 = it.bh * ((int64_t)p.nq * BLK) + (int64_t)blk * BLK;
         // 2^row_exp exactly (row_exp in [-126, 126]): an exact scaling.
         float scale = 1.f;
-        if (FIXED) scale = __int_as_float((__ldg(p.row_exp + qrow0 + (r & 63)) + 127) << 23);
+        if (FIXED) scale = exp2_int(__ldg(p.row_exp + qrow0 + (r & 63)));
         float *tile = p.dq_accum + qrow0 * D;
 #pragma unroll
         for (int qt = 0; qt < 4; qt++)

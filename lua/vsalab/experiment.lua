@@ -309,10 +309,10 @@ function M.run_config(e, i, c, device, seed, rows, n)
         r.kernel = b.name
         timing(r, bst)
         r.passed = res.passed and 1 or 0
-        -- Never report the speed of a wrong output.
-        r.tflops = res.passed and bench.tflops(p.pairs, p.D, bst.median) or nil
+        -- Never report the speed of a wrong output, nor of an emulation.
+        r.tflops = res.passed and not b.emulated and bench.tflops(p.pairs, p.D, bst.median) or nil
         r.errors = res.errors
-        r.note = res.what
+        r.note = b.emulated and ("emulated (checked, not a speed): " .. res.what) or res.what
         r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
           clock = bst.clock, seed = p.seed, point = M.point_of(c), stop = bst.stop,
           lists = p.lists, sharing = p.sharing}
