@@ -20,11 +20,13 @@
 --              overlap: rerun with more samples
 -- A row that passed in A and fails in B is flagged NEW FAIL; an output
 -- whose rel L2 grew more than 2x is flagged ERR UP; a point of A that B
--- lacks is flagged MISSING. Exit status 1 when any point is SLOW, NEW FAIL
+-- lacks is flagged MISSING. A run that is a shard of a sweep (run.sweep_id,
+-- after `vsalab merge`) stands for every shard of it: one logical run. Exit status 1 when any point is SLOW, NEW FAIL
 -- or MISSING (--partial: B may measure a subset, as a rerun does), or no
 -- point matches (so it can gate a CI job), 2 on usage errors.
 local cli = require "vsalab.cli"
 local report = require "vsalab.report"
+local shard = require "vsalab.shard"
 
 local M = {}
 
@@ -66,7 +68,11 @@ function M.resolve(db, ref)
   local back = ref:match("^latest~(%d+)$")
   if back then
     if #back > 15 then error("no run '" .. ref .. "' in this DB", 0) end
-    local r = db:q("SELECT id FROM run ORDER BY id DESC LIMIT 1 OFFSET ?", tonumber(back))
+    -- Counted in logical runs: the shards of one sweep are one.
+    local r = shard.has_sweeps(db)
+      and db:q([[SELECT min(id) AS id FROM run GROUP BY coalesce(sweep_id, 'run:' || id)
+                 ORDER BY max(id) DESC LIMIT 1 OFFSET ?]], tonumber(back))
+      or db:q("SELECT id FROM run ORDER BY id DESC LIMIT 1 OFFSET ?", tonumber(back))
     if #r == 0 then error("no run '" .. ref .. "' in this DB", 0) end
     return r[1].id
   end
@@ -92,9 +98,11 @@ function M.resolve(db, ref)
   return r[1].id
 end
 
+-- The timed rows of run id's logical run (every shard of its sweep).
 local function load(db, id)
   local rows = db:q("SELECT *, " .. M.lists_sql .. [[ AS lists FROM result
-                      WHERE run_id = ? AND ms_median IS NOT NULL ORDER BY id]], id)
+                      WHERE run_id IN ]] .. shard.in_list(shard.members(db, id))
+    .. [[ AND ms_median IS NOT NULL ORDER BY id]])
   local by = {}
   for _, r in ipairs(rows) do
     r.errors = {}
@@ -188,6 +196,16 @@ function M.main(argv)
     io.stderr:write("vsalab compare: ", tostring(ok2 and b or a), "\n")
     return 2
   end
+  -- Shards of one sweep are one run: name the run by its first shard.
+  local function first(id) return shard.members(db, id)[1] end
+  if ok2 and ok3 and a ~= b and first(a) == first(b) then
+    local one = first(a)
+    db:close()
+    io.stderr:write(string.format("vsalab compare: %s and %s are shards of one sweep (one logical run %d)\n",
+      refs[1], refs[2], one))
+    return 2
+  end
+  if ok2 and ok3 then a, b = first(a), first(b) end
   if a == b then -- e.g. a revision and `latest` naming the same run
     db:close()
     io.stderr:write(string.format("vsalab compare: %s and %s both name run %d\n", refs[1], refs[2], a))

@@ -1,7 +1,9 @@
 -- The main-job flow shared by experiments/*.lua.
 --
 -- run{name=, device='cuda', sweep=sw (vsalab.sweep) or configs={...},
---     check=..., seed=, anchors=}
+--     check=..., seed=, anchors=, estimate=fn(point) -> cost}
+-- (estimate: a point's relative cost, for longest-first under --devices;
+-- the sweep's own `estimate`, else vsalab.dispatch.cost).
 -- For each point {B, H, D, latent={T,H,W} | Sq, density | topk, ragged,
 -- lists='random' | 'vsa:ℓ'}:
 --   build inputs with cuRAND and random top-k lists (or VSA-like lists from
@@ -21,6 +23,7 @@ local backends = require "vsalab.backends"
 local problem = require "vsalab.problem"
 local report = require "vsalab.report"
 local run = require "vsalab.run"
+local dispatch = require "vsalab.dispatch"
 
 local M = {}
 
@@ -103,6 +106,14 @@ function M.run(e)
     end
   end
   for _, c in ipairs(e.configs) do M.normalise_lists(c) end
+  -- --shard I/N: this slice of the points only (lua/vsalab/shard.lua).
+  local shard = (package.loaded.vsalab.context or {}).shard
+  if shard then
+    local all = #e.configs
+    e.configs = require("vsalab.shard").select(shard, e.configs)
+    io.stderr:write(string.format("%s: shard %d/%d: %d of %d points\n", e.name, shard.index,
+      shard.count, #e.configs, all))
+  end
   if device ~= "cpu" then
     local ok, why = core.cuda_available()
     if not ok then error(e.name .. " needs a CUDA device: " .. tostring(why), 0) end
@@ -138,7 +149,10 @@ function M.run(e)
     end
   end
   local timeout = (package.loaded.vsalab.context or {}).point_timeout
-  for i, c in ipairs(e.configs) do
+  -- Every point here, or under --devices the ones the coordinator hands
+  -- this worker (lua/vsalab/dispatch.lua), longest first.
+  local estimate = e.estimate or (e.sweep and e.sweep.estimate)
+  for i, c in dispatch.each(e.name, e.configs, estimate) do
     if e.only_kernel then c.only_kernel = e.only_kernel end
     -- The timer is armed and disarmed inside the protected call, so a
     -- timeout can only be raised where it is caught.
@@ -250,6 +264,9 @@ function M.run_config(e, i, c, device, seed, rows, n)
     -- VSALAB_FAULT_AT=i: an illegal-address fault at point i, to prove that
     -- a sticky CUDA error ends the run 'failed' with earlier rows intact.
     if device ~= "cpu" and tonumber(os.getenv("VSALAB_FAULT_AT") or "") == i then core.gpu_fault() end
+    -- VSALAB_CRASH_AT=i: the process kills itself (SIGKILL) at point i, on
+    -- any device: a worker that dies mid-point, for the --devices tests.
+    if tonumber(os.getenv("VSALAB_CRASH_AT") or "") == i then core.proc_self_kill() end
     for _, b in ipairs(backends.available(device, p)) do
       if not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name)
           and not done[b.name] then

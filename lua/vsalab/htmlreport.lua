@@ -10,6 +10,7 @@
 -- matches; the worst error per output per kernel; and every row.
 local core = require "vsalab.core"
 local cli = require "vsalab.cli"
+local shard = require "vsalab.shard"
 
 local M = {}
 
@@ -106,7 +107,14 @@ function M.render(db, ids)
     esc(table.concat(ids, ", ")), os.date("!%Y-%m-%d %H:%M UTC"), esc(core.version))
   for _, id in ipairs(ids) do
     local run = db:q("SELECT * FROM run WHERE id = ?", id)[1]
+    -- The shards of one sweep are one logical run (lua/vsalab/shard.lua).
+    local members = shard.members(db, id)
+    local in_members = "run_id IN " .. shard.in_list(members)
     o[#o + 1] = string.format("<h2>Run %d — %s</h2>", id, esc(run.script or "(no script)"))
+    if #members > 1 then
+      o[#o + 1] = string.format('<div class="muted">sweep %s: runs %s, one logical run</div>',
+        esc(run.sweep_id), esc(table.concat(members, ", ")))
+    end
     o[#o + 1] = "<table>"
     for _, k in ipairs{"status", "started_at", "ended_at", "gpu_name", "gpu_cc", "sm_count", "driver_version",
         "runtime_version", "git_rev", "seed", "host", "args", "context", "nvcc_flags", "error"} do
@@ -118,7 +126,7 @@ function M.render(db, ids)
     local compare = require "vsalab.compare"
     local rows = db:q("SELECT *, " .. compare.lists_sql .. [[ AS lists,
       CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing
-      FROM result_summary WHERE run_id = ? ORDER BY experiment, kernel, H, density, Sq]], id)
+      FROM result_summary WHERE ]] .. in_members .. [[ ORDER BY experiment, kernel, H, density, Sq]])
     -- One chart per experiment (and head count): kernel x density series.
     local groups, order = {}, {}
     for _, r in ipairs(rows) do
@@ -155,7 +163,7 @@ function M.render(db, ids)
       o[#o + 1] = chart(g, series)
     end
     if #order == 0 then o[#o + 1] = '<div class="note">No timed rows with TFLOPS in this run.</div>' end
-    local gemm = db:q("SELECT tflops FROM result WHERE run_id = ? AND kernel = 'gemm_bf16' ORDER BY id DESC LIMIT 1", id)[1]
+    local gemm = db:q("SELECT tflops FROM result WHERE " .. in_members .. " AND kernel = 'gemm_bf16' ORDER BY id DESC LIMIT 1")[1]
     gemm = gemm and gemm.tflops
     if gemm then
       o[#o + 1] = string.format('<div class="note">bf16 GEMM ceiling measured in this run (cuBLAS): <b>%.0f TFLOPS</b>; the pct_gemm column gives each figure as a share of it.</div>', gemm)
@@ -167,8 +175,8 @@ function M.render(db, ids)
     end
     -- Worst error per output per kernel.
     local errs = db:q([[SELECT r.kernel, e.output, max(e.rel_l2) AS worst, sum(e.passed = 0) AS failed, count(*) AS n
-      FROM result r JOIN result_error e ON e.result_id = r.id WHERE r.run_id = ?
-      GROUP BY r.kernel, e.output ORDER BY r.kernel, e.output]], id)
+      FROM result r JOIN result_error e ON e.result_id = r.id WHERE r.]] .. in_members .. [[
+      GROUP BY r.kernel, e.output ORDER BY r.kernel, e.output]])
     if #errs > 0 then
       o[#o + 1] = "<h2>Errors against the fp64 oracle</h2><table><tr><th class=\"l\">kernel</th><th class=\"l\">output</th><th>worst rel L2</th><th>checks</th><th>failed</th></tr>"
       for _, e in ipairs(errs) do

@@ -3,8 +3,8 @@
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile and blackwell): quick sm100emu specs
-# sanitize invert seed_sweep wan720p modes compare fault profile breakdown
-# case12 vsa_lists blackwell
+# sanitize invert seed_sweep wan720p modes compare fault devices profile
+# breakdown case12 vsa_lists blackwell
 # sm100emu: the Blackwell backward's source on this GPU over the emulated
 # tcgen05 layer (ladder rungs 1-2 with wgmma cross-checks, every kernel
 # path against the reference, 20 bitwise launches, every CASES case).
@@ -19,7 +19,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-build/vsalab}
 shift || true
-steps=${*:-quick sm100emu specs sanitize invert seed_sweep wan720p modes compare fault}
+steps=${*:-quick sm100emu specs sanitize invert seed_sweep wan720p modes compare fault devices}
 # The ladder binaries sit beside vsalab (pack.sh) or in build/tests.
 tests_bin=$(dirname "$bin")
 [ -x "$tests_bin/tcgen05_ladder_emu" ] || tests_bin=build/tests
@@ -97,6 +97,7 @@ for step in $steps; do
       (exit $rc_modes) ;;
     compare) tests/gpu/compare_proof.sh "$bin" 2>&1 | tee "$out/compare.log" ;;
     fault) tests/gpu/fault_proof.sh "$bin" 2>&1 | tee "$out/fault.log" ;;
+    devices) tests/gpu/devices_proof.sh "$bin" 2>&1 | tee "$out/devices.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   rc=${PIPESTATUS[0]}
