@@ -3,7 +3,9 @@
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile): quick specs sanitize invert seed_sweep
-# wan720p modes compare fault profile breakdown case12
+# wan720p modes compare fault plugin peers profile breakdown case12
+# (peers needs .peer/ from tests/gpu/fetch_peer.sh, carried; PEERS_ARGS
+# passes seed_sweep overrides, e.g. PEERS_ARGS="-a Sq=[4096,8192]")
 # Logs go to $OUT (or ./gpu-out), one STEP.log per step (sass.txt for
 # quick's SASS report) plus results.db, modes.db, compare.db, fault.db. WAN720P_ARGS passes axis overrides to the main
 # job, e.g. WAN720P_ARGS="-a H=40 -a density=[0.1,0.25]".
@@ -11,9 +13,11 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-build/vsalab}
 shift || true
-steps=${*:-quick specs sanitize invert seed_sweep wan720p modes compare fault}
+steps=${*:-quick specs sanitize invert seed_sweep wan720p modes compare fault plugin peers}
 out=${OUT:-gpu-out}
 mkdir -p "$out"
+# The example plug-ins sit beside the binary (build/ or tests/gpu/pack.sh's folder).
+export VSALAB_PLUGIN_DIR=${VSALAB_PLUGIN_DIR:-$(dirname "$bin")}
 export PATH=$PATH:/usr/local/cuda/bin
 # Lua modules packed beside the binary (tests/gpu/pack.sh) for hosts without them.
 libs=$(dirname "$bin")/lua
@@ -74,6 +78,20 @@ for step in $steps; do
       (exit $rc_modes) ;;
     compare) tests/gpu/compare_proof.sh "$bin" 2>&1 | tee "$out/compare.log" ;;
     fault) tests/gpu/fault_proof.sh "$bin" 2>&1 | tee "$out/fault.log" ;;
+    plugin) # the example CUDA plug-in: cases, graph capture, a sweep beside sm90a, a GPU fault
+      (bad=0
+       "$bin" run tests/run_busted.lua --tags=gpu -o utfTerminal tests/gpu/plugin_spec.lua || bad=1
+       tests/gpu/plugin_proof.sh "$bin" || bad=1
+       exit $bad) 2>&1 | tee "$out/plugin.log" ;;
+    peers) # FastVideo's Triton backward as an external peer, same run and inputs as sm90a
+      (rm -f "$out/peers.db"*
+       "$bin" run --db "$out/peers.db" experiments/seed_sweep.lua peers=triton ${PEERS_ARGS:-} || exit 1
+       "$bin" query --db "$out/peers.db" "SELECT kernel, Sq, point_hash, round(ms_median,4) AS ms, round(tflops,1) AS tflops, passed, samples, json_extract(extra, '$.peer.extra.inversion_ms') AS peer_inv_ms FROM result WHERE kernel IN ('sm90a', 'triton') ORDER BY Sq, kernel"
+       n=$("$bin" query --db "$out/peers.db" --format csv "SELECT count(*) FROM result WHERE kernel = 'triton' AND passed = 1" | tail -1)
+       echo "triton rows passing the oracle: $n"
+       "$bin" compare --db "$out/peers.db" 1:sm90a 1:triton
+       "$bin" report --db "$out/peers.db" -o "$out/peers.html" 1:sm90a 1:triton
+       [ "$n" -gt 0 ]) 2>&1 | tee "$out/peers.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   rc=${PIPESTATUS[0]}
