@@ -37,6 +37,14 @@ function M.register(b)
   return b
 end
 
+-- Remove backend `name` from the registry (a no-op when absent).
+function M.unregister(name)
+  for i, e in ipairs(M.list) do
+    if e.name == name then table.remove(M.list, i); return true end
+  end
+  return false
+end
+
 function M.load(o) return require("vsalab.plugin").load(o) end
 function M.external(o) return require("vsalab.external").external(o) end
 function M.peer(name) return require("vsalab.external").peer(name) end

@@ -66,10 +66,11 @@ local good = {p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs}
 
 local functions = {}
 for name, f in pairs(vsalab) do
-  -- Left out: run bookkeeping (opens a DB), and timers that would fire
-  -- later, outside the call (set_point_timeout is the runner's plumbing).
+  -- Left out: run bookkeeping (opens a DB), timers that would fire
+  -- later, outside the call (set_point_timeout is the runner's plumbing),
+  -- and npy_save (it would write files named like random strings here).
   local skip = {synchronize = true, run_finish = true, run = true, log = true,
-    set_point_timeout = true, gpu_sleep = true}
+    set_point_timeout = true, gpu_sleep = true, npy_save = true}
   if type(f) == "function" and not skip[name] then
     functions[#functions + 1] = {name, f}
   end

@@ -18,6 +18,12 @@ local function problem(seed)
 end
 
 describe("backends.load", function()
+  -- Specs share one process: leave the registry as it was for the others.
+  teardown(function()
+    for _, n in ipairs{"example_spec", "example_cases", "unscaled", "failing"} do
+      vsalab.backends.unregister(n)
+    end
+  end)
   it("refuses a missing file, a missing symbol, another ABI and a non-library", function()
     assert.truthy(H.err(vsalab.backends.load, {path = "/nonexistent/libx.so"})
       :find("no file '/nonexistent/libx.so'", 1, true))
