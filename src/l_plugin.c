@@ -194,7 +194,11 @@ l_plugin_backward(lua_State *L)
   a.sm_scale = (float)sm;
   a.user_data = lua_islightuserdata(L, 17) ? lua_touserdata(L, 17) : NULL;
   if (dev != VSA_CPU) {
-    cudaError_t e = cudaSetDevice(dev);
+    /* The tensors' device is current for the call (set only when it is
+     * not: this may run inside a graph capture). */
+    int cur = -1;
+    cudaError_t e = cudaGetDevice(&cur);
+    if (e == cudaSuccess && cur != dev) e = cudaSetDevice(dev);
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "plugin device");
     a.stream = (void *)vsa_stream();
   }

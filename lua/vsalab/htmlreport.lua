@@ -215,7 +215,8 @@ function M.main(argv)
     sides[#sides + 1] = side
     if not seen[side.run] then seen[side.run] = true; ids[#ids + 1] = side.run end
   end
-  local html = M.render(db, ids, #sides == 2 and require("vsalab.htmlcompare").render(db, sides[1], sides[2]) or nil)
+  local two = #sides == 2 and sides[1].label ~= sides[2].label
+  local html = M.render(db, ids, two and require("vsalab.htmlcompare").render(db, sides[1], sides[2]) or nil)
   db:close()
   -- Never write the report over a database, a WAL or a journal: an
   -- existing file is replaced only when it is empty or an earlier HTML
