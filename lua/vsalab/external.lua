@@ -110,10 +110,17 @@ function M.call(b, p, bench)
     M.write_job(dir, b.name, p, bench)
     local parts = {}
     for i, a in ipairs(b.cmd) do parts[i] = quote(a) end
-    local cmdline = table.concat(parts, " ") .. " " .. quote(dir) .. " >" .. quote(dir .. "/peer.log") .. " 2>&1"
-    local rc = os.execute(cmdline)
-    if type(rc) == "number" and rc > 255 then rc = math.floor(rc / 256) end
-    if rc ~= 0 and rc ~= true then
+    -- Through popen, not os.execute: system() ignores SIGINT while it
+    -- waits, so a Ctrl-C would kill the peer but not stop vsalab. The shell
+    -- writes the peer's exit status to DIR/status.
+    local cmdline = "(" .. table.concat(parts, " ") .. " " .. quote(dir) .. " >" .. quote(dir .. "/peer.log")
+      .. " 2>&1; echo $? >" .. quote(dir .. "/status") .. ")"
+    local h = io.popen(cmdline, "r")
+    if not h then error(string.format("backend %s failed: cannot start %s", b.name, b.cmd[1]), 0) end
+    h:read("*a")
+    h:close()
+    local rc = tonumber((read_file(dir .. "/status") or ""):match("%d+"))
+    if rc ~= 0 then
       error(string.format("backend %s failed: peer exited with status %s: %s", b.name, tostring(rc),
         tail_lines(read_file(dir .. "/peer.log"), 4)), 0)
     end
@@ -121,7 +128,8 @@ function M.call(b, p, bench)
     local dev = p.q.device
     for name, shape in pairs{dq = p.q.shape, dk = p.k.shape, dv = p.k.shape} do
       local path = dir .. "/" .. name .. ".npy"
-      if not read_file(path) then
+      local fh = io.open(path, "rb")
+      if fh then fh:close() else
         error(string.format("backend %s failed: the peer wrote no %s.npy: %s", b.name, name,
           tail_lines(read_file(dir .. "/peer.log"), 4)), 0)
       end
