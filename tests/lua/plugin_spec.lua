@@ -11,6 +11,7 @@ local function build_file(env, rel)
 end
 local lib = build_file("VSALAB_EXAMPLE_PLUGIN", "libvsalab_example_cpu.so")
 local bad_abi = build_file("VSALAB_BAD_ABI_PLUGIN", "tests/libvsalab_test_bad_abi.so")
+local cuda_lib = build_file("VSALAB_CUDA_EXAMPLE_PLUGIN", "libvsalab_example_cuda.so")
 
 local function problem(seed)
   return vsalab.problem.build{H = 2, Sq = 256, Skv = 384, D = 64, density = 0.5, seed = seed,
@@ -123,6 +124,12 @@ describe("plugin= on the command line", function()
     assert.equal(2, #d:q("SELECT 1 FROM result WHERE kernel = 'reference' AND passed = 1"))
     assert.equal("failed", d:q("SELECT status FROM run")[1].status)
     d:close()
+  end)
+
+  it("names a CUDA plug-in unavailable on the CPU, and the sweep goes on without it", function()
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/c.db " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" .. cuda_lib)
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("vsalab_example_cuda unavailable: vsalab_example_cuda is a CUDA plug-in", 1, true), err)
   end)
 
   it("refuses plugin_symbol= without plugin= and a missing library, exiting 1", function()
