@@ -1,18 +1,23 @@
 -- smoke.lua — the main job's flow on tiny shapes, on the CPU (used by the
 -- tests and runnable anywhere):
---   build/vsalab run experiments/smoke.lua [-a density=[0.5]] [device=cuda]
+--   build/vsalab run experiments/smoke.lua [-a density=[0.5]]
+--       [-a lists=[random,vsa:2]] [device=cuda]
 -- A 6×7×9 latent in 4×4×4 tiles (12 kv blocks, several partly filled),
--- H=2, D=64, three densities and a ragged B=2 variant; every backward
+-- H=2, D=64, three densities and a ragged B=2 variant (random lists only;
+-- axis `lists`: random or vsa:ℓ, see vsalab.problem); every backward
 -- available on the device is checked against the fp64 oracle on all heads
 -- and blocks.
 local exp = require "vsalab.experiment"
 local sweep = require "vsalab.sweep"
 
 local sw = sweep.new{
-  axes = {{"density", {0.25, 0.5, 1.0}}},
+  axes = {{"density", {0.25, 0.5, 1.0}}, {"lists", {"random"}}},
   zip = {{"B", "ragged"}, {1, false}, {2, true}},
   fixed = {H = 2, D = 64, latent = {6, 7, 9}},
-  skip = function(p) if p.ragged and p.density ~= 0.5 then return "ragged only at 50%" end end,
+  skip = function(p)
+    if p.ragged and p.density ~= 0.5 then return "ragged only at 50%" end
+    if p.ragged and p.lists ~= "random" then return "ragged lists are random lists" end
+  end,
 }
 local a = exp.args(sw:override(arg), {device = "cpu"})
 local rows = exp.run{name = "smoke", device = a.device, sweep = sw,

@@ -89,23 +89,22 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
                              float *d_dv, float *d_delta, cudaStream_t stream);
 
 /* ---------------------------------------------------------------------------
- * bsa_bwd_sm90a.cu: the native Hopper backward (wgmma; sm_90a only, D = 128).
- * Same contract as bsa_backward_ref with bf16 outputs; d_scratch holds the
- * fp32 dQ accumulator, Delta and the deterministic mode's counters
+ * sm90/bsa_bwd_sm90a.cu: the native Hopper backward (wgmma; sm_90a only, D =
+ * 128). Same contract as bsa_backward_ref with bf16 outputs; d_scratch
+ * holds the fp32 dQ accumulator, Delta, the deterministic mode's row
+ * exponents, the work order and the q-chunk partials
  * (bsa_backward_sm90a_scratch_bytes). variant picks the main kernel:
  *   VSA_SM90A_WS     v3: warp-specialized, TMA + mbarrier producer (default)
  *   VSA_SM90A_BULK   v2: one warpgroup, cp.async, one bulk dQ reduce per pair
  *   VSA_SM90A_ATOMIC v1: as v2 with dQ by vector atomics
- * d_q2k_idx/d_q2k_num (the same pairs as q2k lists, each row ascending and
- * free of repeats, [B,H,nq,q2k_width] / [B,H,nq] i32) turn on the
- * deterministic dQ order (VSA_SM90A_WS only); NULL otherwise. The k2q rows
- * must then be free of repeats too (a repeated pair would wait forever; the
- * kernel traps instead). q_chunk (VSA_SM90A_WS): q blocks per chunk of
- * the q range (0: all): a kv block's pairs are taken one chunk at a time,
- * chunk-major, so that the Q/dO/dQ working set of the CTAs running at once
- * stays in L2 at long sequences; dK/dV partials pass between a kv block's
- * chunks in chunk order (deterministic). Returns cudaErrorInvalidValue for
- * shapes or options it does not take.
+ * deterministic (VSA_SM90A_WS only): dQ partials added as int32 fixed point
+ * (exact in any order: the same bits every run; common/bwd_prep.h has the
+ * bound), else fp32 in arrival order. q_chunk (VSA_SM90A_WS): q blocks per
+ * chunk of the q range (0: all): a kv block's pairs are taken one chunk at
+ * a time, chunk-major, so that the Q/dO/dQ working set of the CTAs running
+ * at once stays in L2 at long sequences; dK/dV partials pass between a kv
+ * block's chunks in chunk order (deterministic). Returns
+ * cudaErrorInvalidValue for shapes or options it does not take.
  */
 typedef enum {
   VSA_SM90A_ATOMIC = 0,
@@ -120,9 +119,48 @@ cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
                                const int32_t *d_k2q_num, int k2q_width,
                                const int32_t *d_vbs, void *d_scratch,
                                uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
-                               vsa_sm90a_variant variant, const int32_t *d_q2k_idx,
-                               const int32_t *d_q2k_num, int q2k_width, int q_chunk,
+                               vsa_sm90a_variant variant, int deterministic, int q_chunk,
                                cudaStream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * sm100/bsa_bwd_sm100a.cu: the native Blackwell backward (tcgen05, tensor
+ * memory; sm_100a, sm_100f, sm_103a; D = 128). Same contract as
+ * bsa_backward_sm90a. No Blackwell GPU is available to this project: this
+ * is compiled and SASS-checked, never run. The *_emu functions are the same
+ * kernel built for sm_90a over an emulated tcgen05 layer
+ * (sm100/tcgen05_emu.cuh), which runs on an H200.
+ * deterministic: dQ partials added as int32 fixed point (exact, any order;
+ * common/bwd_prep.h has the bound), else fp32 in arrival order. q_chunk as
+ * sm90a. sm_count: the persistent grid (CTAs; the device's SM count). The
+ * scratch (bsa_backward_sm100a[_emu]_scratch_bytes, 256-byte aligned)
+ * holds the dQ accumulator, Delta, the fixed-point exponents, the work
+ * order, counters, the q-chunk partials and (emulated) the tensor memory.
+ * has_image: 1 when a kernel image for the current device exists
+ * (cudaFuncGetAttributes), 0 otherwise. Returns cudaErrorInvalidValue for
+ * shapes it does not take (D != 128, S not a multiple of 64, 2^31 rows).
+ */
+size_t bsa_backward_sm100a_scratch_bytes(const vsa_shape *s, int q_chunk, int sm_count);
+/* Dynamic shared memory a CTA of it takes (the same for both builds, the
+ * emulation's queue included): the device's opt-in limit must be as large. */
+size_t bsa_backward_sm100a_smem_bytes(void);
+int bsa_backward_sm100a_has_image(void);
+cudaError_t bsa_backward_sm100a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q,
+                                const uint16_t *d_k, const uint16_t *d_v, const uint16_t *d_o,
+                                const float *d_lse, const int32_t *d_k2q_idx,
+                                const int32_t *d_k2q_num, int k2q_width,
+                                const int32_t *d_vbs, void *d_scratch, uint16_t *d_dq,
+                                uint16_t *d_dk, uint16_t *d_dv, int deterministic,
+                                int q_chunk, int sm_count, cudaStream_t stream);
+size_t bsa_backward_sm100a_scratch_bytes_emu(const vsa_shape *s, int q_chunk, int sm_count);
+int bsa_backward_sm100a_has_image_emu(void);
+cudaError_t bsa_backward_sm100a_emu(const vsa_shape *s, const uint16_t *d_dO,
+                                    const uint16_t *d_q, const uint16_t *d_k,
+                                    const uint16_t *d_v, const uint16_t *d_o,
+                                    const float *d_lse, const int32_t *d_k2q_idx,
+                                    const int32_t *d_k2q_num, int k2q_width,
+                                    const int32_t *d_vbs, void *d_scratch, uint16_t *d_dq,
+                                    uint16_t *d_dk, uint16_t *d_dv, int deterministic,
+                                    int q_chunk, int sm_count, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -27,5 +27,14 @@ if ! command -v nvcc >/dev/null; then
   fi
 fi
 
+# Test-only NVIDIA tools from the Python registry, into .deps/py: CUTLASS's
+# headers (the sm100a descriptor tests compare against CuTe's encoders) and
+# cuobjdump (the SASS census; the CUDA 13.0 toolkit here ships none).
+if [ ! -x .deps/py/nvidia/cu13/bin/cuobjdump ] || [ ! -d .deps/py/cutlass_library ]; then
+  echo "setup: installing nvidia-cutlass and nvidia-cuda-cuobjdump into .deps/py (test tools)"
+  python3 -m pip install -q --disable-pip-version-check --no-deps --target .deps/py \
+    nvidia-cutlass nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
+fi
+
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 cmake --build build -j"$(nproc)"

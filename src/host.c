@@ -124,6 +124,7 @@ open_core(lua_State *L)
   vsa_lua_open_db(L);
   vsa_lua_open_gemm(L);
   vsa_lua_open_check(L);
+  vsa_lua_open_vsa_lists(L);
   vsa_lua_open_plugin(L);
   vsa_lua_open_npy(L);
   lua_pushstring(L, VSA_VERSION);

@@ -681,97 +681,128 @@ device_cc(lua_State *L, int dev)
   return cached[dev];
 }
 
+/* The native backwards share one binding: native(L, arch) below. */
+typedef enum { NATIVE_SM90A, NATIVE_SM100A } native_arch;
+
+/* Can this device run the sm100a kernel (emulated: the sm_90a build of it)?
+ * 0, or raises naming what is missing: no image for the device (cc 10.x
+ * for the hardware build, sm_90a for the emulation), too little opt-in
+ * shared memory. No Blackwell GPU is available to this project: the
+ * hardware kernel is compiled and inspected, never run. */
+static void
+sm100a_device_check(lua_State *L, int dev, int emulate)
+{
+  int cc = device_cc(L, dev);
+  if (emulate ? cc != 90 : cc / 10 != 10)
+    vsa_lua_errorf(L, "backward_sm100a%s needs compute capability %s, cuda:%d is %d.%d",
+                   emulate ? " (emulate=true)" : "", emulate ? "9.0 (the emulation)" : "10.x",
+                   dev, cc / 10, cc % 10);
+  if (!(emulate ? bsa_backward_sm100a_has_image_emu() : bsa_backward_sm100a_has_image()))
+    vsa_lua_errorf(L, "backward_sm100a: this build has no kernel image for cuda:%d (cc %d.%d)",
+                   dev, cc / 10, cc % 10);
+  int optin = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      (size_t)optin < bsa_backward_sm100a_smem_bytes())
+    vsa_lua_errorf(L, "backward_sm100a needs %zu bytes of opt-in shared memory, cuda:%d has %d",
+                   bsa_backward_sm100a_smem_bytes(), dev, optin);
+}
+
+static int
+l_sm100a_image_check(lua_State *L)
+{
+  sm100a_device_check(L, (int)lua_tointeger(L, 1), lua_toboolean(L, 2));
+  return 0;
+}
+
 /* vsalab.backward_sm90a(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out={dq, dk, dv},
  *   poison=true, validate=false, canonical=true, version=3,
- *   deterministic=false}]) -> dq, dk, dv bf16 (dq, dk × sm_scale).
+ *   deterministic=false, q_chunk=512}]) -> dq, dk, dv bf16
+ *   (dq, dk × sm_scale).
+ * vsalab.backward_sm100a(same [, {sm_scale, out, poison, validate,
+ *   canonical, deterministic=true, q_chunk=512, emulate=false}]): the
+ *   Blackwell kernel (kernels/sm100/), same contract; emulate=true runs its
+ *   sm_90a build over the emulated tcgen05 layer (an H200). Never run on
+ *   Blackwell here: no such GPU is available to this project.
  * canonical sorts each kv list (two inversions) so dk/dv are bitwise the
  * same whatever the list order; canonical=false skips it for lists already
- * ascending (vsalab.invert_indices output). version picks the main kernel:
- * 3 (warp-specialized TMA producer, default), 2 (one warpgroup, bulk dQ
- * reduce) or 1 (dQ by atomics); kernels/NOTES.md has each one's figures.
- * deterministic=true (version 3 only) adds every q block's dQ partials in
- * ascending kv order, so dq is the same bits every run; it implies the
- * canonical pass (its q2k lists order the adds), unless q2k={q2k_idx,
- * q2k_num} hands over the same pairs as q2k lists with ascending rows and
- * no repeats (vsalab.invert_indices of k2q_idx; not checked, a mismatch
- * makes the kernel trap) and canonical=false says k2q rows are so too.
- * q_chunk (version 3; default 512, 0 = off) takes each kv block's pairs
- * one range of q_chunk q blocks at a time, all kv blocks of a range before
- * the next, so the Q/dO/dQ working set stays in L2 at long sequences; it
- * costs scratch of 8·B·H·Skv·D bytes for the dK/dV partials.
- * The native Hopper kernel (kernels/bsa_bwd_sm90a.cu): CUDA tensors on a
- * compute capability 9.0 device, D = 128. List and vbs contents are not read
- * on the host unless validate=true (the kernel itself never reads past a
- * count and skips out-of-range entries). poison fills the outputs with NaN
- * first, so an element the kernel fails to write fails every check; out
- * reuses caller buffers (with poison=false: kernel-only timing). */
+ * ascending (vsalab.invert_indices output). version (sm90a) picks the main
+ * kernel: 3 (warp-specialized TMA producer, default), 2 (one warpgroup,
+ * bulk dQ reduce) or 1 (dQ by atomics); kernels/NOTES.md has each one's
+ * figures. deterministic=true makes dq the same bits every run: the dQ
+ * partials are added as int32 fixed point, exact in any order (sm90a:
+ * version 3; sm100a: its default), instead of fp32 in arrival order; the
+ * per-row scale bound is in kernels/common/bwd_prep.h.
+ * q_chunk (default 512, 0 = off) takes each kv block's pairs one range of
+ * q_chunk q blocks at a time, all kv blocks of a range before the next, so
+ * the Q/dO/dQ working set stays in L2 at long sequences; it costs scratch of
+ * 8·B·H·Skv·D bytes for the dK/dV partials.
+ * CUDA tensors on a device the kernel runs on, D = 128. List and vbs
+ * contents are not read on the host unless validate=true (the kernels never
+ * read past a count and skip out-of-range entries). poison fills the
+ * outputs and the scratch with NaN first, so an element the kernel fails to
+ * write fails every check; out reuses caller buffers (with poison=false:
+ * kernel-only timing). */
 static int
-l_backward_sm90a(lua_State *L)
+native(lua_State *L, native_arch arch)
 {
-  static const char *const keys[] = {"sm_scale", "out", "poison", "validate", "canonical",
-                                     "version", "deterministic", "q2k", "q_chunk", NULL};
-  vsa_arg_check_keys(L, 10, "backward_sm90a", keys);
-  int validate = 0, poison = 1, canonical = 1, deterministic = 0, q_chunk = 512;
+  static const char *const keys90[] = {"sm_scale", "out", "poison", "validate", "canonical",
+                                       "version", "deterministic", "q_chunk", NULL};
+  static const char *const keys100[] = {"sm_scale", "out", "poison", "validate", "canonical",
+                                        "deterministic", "q_chunk", "emulate", NULL};
+  const char *fn = arch == NATIVE_SM90A ? "backward_sm90a" : "backward_sm100a";
+  vsa_arg_check_keys(L, 10, fn, arch == NATIVE_SM90A ? keys90 : keys100);
+  /* sm100a's deterministic mode (fixed point) is its default. */
+  int validate = 0, poison = 1, canonical = 1, q_chunk = 512, emulate = 0;
+  int deterministic = arch == NATIVE_SM100A;
   vsa_sm90a_variant variant = VSA_SM90A_WS;
   if (lua_istable(L, 10)) {
-    validate = vsa_arg_bool(L, 10, "backward_sm90a", "validate", 0);
-    poison = vsa_arg_bool(L, 10, "backward_sm90a", "poison", 1);
-    canonical = vsa_arg_bool(L, 10, "backward_sm90a", "canonical", 1);
-    deterministic = vsa_arg_bool(L, 10, "backward_sm90a", "deterministic", 0);
+    validate = vsa_arg_bool(L, 10, fn, "validate", 0);
+    poison = vsa_arg_bool(L, 10, fn, "poison", 1);
+    canonical = vsa_arg_bool(L, 10, fn, "canonical", 1);
+    deterministic = vsa_arg_bool(L, 10, fn, "deterministic", deterministic);
+    if (arch == NATIVE_SM100A) emulate = vsa_arg_bool(L, 10, fn, "emulate", 0);
     lua_getfield(L, 10, "q_chunk");
     if (!lua_isnil(L, -1)) {
       lua_Number v = lua_tonumber(L, -1);
       if (lua_type(L, -1) != LUA_TNUMBER || v != floor(v) || v < 0 || v > 1 << 24)
-        return vsa_lua_errorf(L, "backward_sm90a: field 'q_chunk' must be an integer in "
-                                 "[0, 2^24] (q blocks per chunk, 0: no chunking)");
+        return vsa_lua_errorf(L, "%s: field 'q_chunk' must be an integer in "
+                                 "[0, 2^24] (q blocks per chunk, 0: no chunking)", fn);
       q_chunk = (int)v;
     }
     lua_pop(L, 1);
-    lua_getfield(L, 10, "version");
-    if (!lua_isnil(L, -1)) {
-      lua_Number v = lua_tonumber(L, -1);
-      if (lua_type(L, -1) != LUA_TNUMBER || (v != 1 && v != 2 && v != 3))
-        return vsa_lua_errorf(L, "backward_sm90a: field 'version' must be 1, 2 or 3");
-      variant = v == 3 ? VSA_SM90A_WS : v == 2 ? VSA_SM90A_BULK : VSA_SM90A_ATOMIC;
-    }
-    lua_pop(L, 1);
-  }
-  if (deterministic && variant != VSA_SM90A_WS)
-    return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3");
-  vsa_tensor *given_idx = NULL, *given_num = NULL;
-  if (lua_istable(L, 10)) {
-    lua_getfield(L, 10, "q2k");
-    if (!lua_isnil(L, -1)) {
-      if (!deterministic)
-        return vsa_lua_errorf(L, "backward_sm90a: field 'q2k' is only used with deterministic=true");
-      if (!lua_istable(L, -1))
-        return vsa_lua_errorf(L, "backward_sm90a: field 'q2k' must be {q2k_idx, q2k_num}");
-      int t = lua_gettop(L);
-      lua_rawgeti(L, t, 1);
-      given_idx = vsa_lua_checkarg(L, lua_gettop(L), "q2k[1] (q2k_idx)", VSA_I32, 4);
-      lua_rawgeti(L, t, 2);
-      given_num = vsa_lua_checkarg(L, lua_gettop(L), "q2k[2] (q2k_num)", VSA_I32, 3);
-    } else {
+    if (arch == NATIVE_SM90A) {
+      lua_getfield(L, 10, "version");
+      if (!lua_isnil(L, -1)) {
+        lua_Number v = lua_tonumber(L, -1);
+        if (lua_type(L, -1) != LUA_TNUMBER || (v != 1 && v != 2 && v != 3))
+          return vsa_lua_errorf(L, "backward_sm90a: field 'version' must be 1, 2 or 3");
+        variant = v == 3 ? VSA_SM90A_WS : v == 2 ? VSA_SM90A_BULK : VSA_SM90A_ATOMIC;
+      }
       lua_pop(L, 1);
     }
   }
-  if (deterministic && !given_idx) canonical = 1;
+  if (deterministic && variant != VSA_SM90A_WS)
+    return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3");
   bwd_args a;
   backward_args(L, &a, validate);
   attn_dims d = a.d;
   if (d.device == VSA_CPU)
-    return vsa_lua_errorf(L, "q: backward_sm90a runs on CUDA tensors, got cpu");
-  int cc = device_cc(L, d.device);
-  if (cc != 90)
-    return vsa_lua_errorf(L, "backward_sm90a needs compute capability 9.0, cuda:%d is %d.%d",
-                          d.device, cc / 10, cc % 10);
+    return vsa_lua_errorf(L, "q: %s runs on CUDA tensors, got cpu", fn);
+  if (arch == NATIVE_SM90A) {
+    int cc = device_cc(L, d.device);
+    if (cc != 90)
+      return vsa_lua_errorf(L, "backward_sm90a needs compute capability 9.0, cuda:%d is %d.%d",
+                            d.device, cc / 10, cc % 10);
+  } else {
+    sm100a_device_check(L, d.device, emulate);
+  }
   if (d.D != 128)
-    return vsa_lua_errorf(L, "q: backward_sm90a takes head dim 128, got %lld", (long long)d.D);
+    return vsa_lua_errorf(L, "q: %s takes head dim 128, got %lld", fn, (long long)d.D);
   vsa_shape s;
   fill_shape(&d, &s, a.sm_scale);
   int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
-  vsa_tensor *ci = NULL, *cn = NULL, *q2k_idx = NULL, *q2k_num = NULL;
+  vsa_tensor *ci = NULL, *cn = NULL;
   if (validate || canonical) {
     /* k2q -> q2k validates the lists; q2k -> k2q again gives every kv row
      * its q blocks in ascending order, so dk/dv (summed in list order) do
@@ -788,67 +819,106 @@ l_backward_sm90a(lua_State *L)
       invert_into(L, ti, tn, (int)d.H, a.nkv, ci, cn, 0, "q2k_idx", "q2k_num",
                   "q block");
     }
-    if (deterministic) {
-      q2k_idx = ti; /* kept on the stack: they order the dQ adds */
-      q2k_num = tn;
+    /* Free the q2k lists now; their userdata may be collected once popped. */
+    vsa_tensor_release(ti);
+    vsa_tensor_release(tn);
+    if (canonical) {
+      lua_remove(L, -3);
+      lua_remove(L, -3);
     } else {
-      /* Free the q2k lists now; their userdata may be collected once popped. */
-      vsa_tensor_release(ti);
-      vsa_tensor_release(tn);
-      if (canonical) {
-        lua_remove(L, -3);
-        lua_remove(L, -3);
-      } else {
-        lua_pop(L, 2);
-      }
+      lua_pop(L, 2);
     }
   }
   if (ci) {
     a.kidx = ci;
     a.knum = cn;
   }
-  if (given_idx) {
-    int64_t gi[4] = {d.B, d.H, a.nq, a.nkv}, gn[3] = {d.B, d.H, a.nq};
-    gi[3] = given_idx->shape[3];
-    vsa_arg_shape(L, given_idx, "q2k[1] (q2k_idx)", 4, gi);
-    vsa_arg_shape(L, given_num, "q2k[2] (q2k_num)", 3, gn);
-    vsa_arg_device(L, given_idx, "q2k[1] (q2k_idx)", d.device, "q");
-    vsa_arg_device(L, given_num, "q2k[2] (q2k_num)", d.device, "q");
-    if (!vsa_tensor_is_contiguous(given_idx) || !vsa_tensor_is_contiguous(given_num))
-      return vsa_lua_errorf(L, "q2k: the lists must be contiguous");
-    q2k_idx = given_idx;
-    q2k_num = given_num;
-  }
   vsa_tensor *outs[3];
-  if (!out_buffers(L, "backward_sm90a", &a, VSA_BF16, "", sq, sk, outs))
+  if (!out_buffers(L, fn, &a, VSA_BF16, "", sq, sk, outs))
     for (int x = 0; x < 3; x++)
       outs[x] = vsa_lua_newtensor(L, VSA_BF16, d.device, 4, x == 0 ? sq : sk);
   if (poison)
     for (int x = 0; x < 3; x++)
       if (vsa_tensor_fill(outs[x], NAN) != 0) return vsa_lua_raise(L);
-  size_t ws_bytes = bsa_backward_sm90a_scratch_bytes(&s, q_chunk);
+  int sms = 0;
+  if (arch == NATIVE_SM100A) {
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d.device);
+    if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "multiprocessor count");
+  }
+  size_t ws_bytes = arch == NATIVE_SM90A ? bsa_backward_sm90a_scratch_bytes(&s, q_chunk)
+                    : emulate          ? bsa_backward_sm100a_scratch_bytes_emu(&s, q_chunk, sms)
+                                       : bsa_backward_sm100a_scratch_bytes(&s, q_chunk, sms);
   void *ws = vsa_arg_scratch(L, d.device, ws_bytes);
   if (poison) {
     cudaError_t e = vsa_fill(ws, VSA_F32, (int64_t)(ws_bytes / 4), NAN, vsa_stream());
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "scratch poison");
   }
-  cudaError_t e = bsa_backward_sm90a(
-      &s, vsa_tensor_data(a.dO), vsa_tensor_data(a.q), vsa_tensor_data(a.k),
-      vsa_tensor_data(a.v), vsa_tensor_data(a.o), vsa_tensor_data(a.lse),
-      vsa_tensor_data(a.kidx), vsa_tensor_data(a.knum), (int)a.kidx->shape[3],
-      vsa_tensor_data(a.vbs), ws, vsa_tensor_data(outs[0]),
-      vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]), variant,
-      q2k_idx ? vsa_tensor_data(q2k_idx) : NULL, q2k_num ? vsa_tensor_data(q2k_num) : NULL,
-      q2k_idx ? (int)q2k_idx->shape[3] : 0, q_chunk, vsa_stream());
-  if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_backward_sm90a");
+  const void *dO = vsa_tensor_data(a.dO), *q = vsa_tensor_data(a.q), *k = vsa_tensor_data(a.k),
+             *v = vsa_tensor_data(a.v), *o = vsa_tensor_data(a.o);
+  cudaError_t e;
+  if (arch == NATIVE_SM90A)
+    e = bsa_backward_sm90a(&s, dO, q, k, v, o, vsa_tensor_data(a.lse), vsa_tensor_data(a.kidx),
+                           vsa_tensor_data(a.knum), (int)a.kidx->shape[3],
+                           vsa_tensor_data(a.vbs), ws, vsa_tensor_data(outs[0]),
+                           vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]), variant,
+                           deterministic, q_chunk, vsa_stream());
+  else
+    e = (emulate ? bsa_backward_sm100a_emu : bsa_backward_sm100a)(
+        &s, dO, q, k, v, o, vsa_tensor_data(a.lse), vsa_tensor_data(a.kidx),
+        vsa_tensor_data(a.knum), (int)a.kidx->shape[3], vsa_tensor_data(a.vbs), ws,
+        vsa_tensor_data(outs[0]), vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]),
+        deterministic, q_chunk, sms, vsa_stream());
+  if (e != cudaSuccess)
+    vsa_arg_raise_cuda(L, e, arch == NATIVE_SM90A ? "bsa_backward_sm90a"
+                             : emulate            ? "bsa_backward_sm100a_emu"
+                                                  : "bsa_backward_sm100a");
   return 3; /* the three outputs are the top of the stack */
+}
+
+static int
+l_backward_sm90a(lua_State *L)
+{
+  return native(L, NATIVE_SM90A);
+}
+
+static int
+l_backward_sm100a(lua_State *L)
+{
+  return native(L, NATIVE_SM100A);
+}
+
+/* vsalab.sm100a_image(emulate) -> ok, why: does this build have a kernel
+ * image of the sm100a backward (emulate: its sm_90a emulated build) for the
+ * current device, with enough opt-in shared memory? Never raises. */
+static int
+l_sm100a_image(lua_State *L)
+{
+  int emulate = lua_toboolean(L, 1);
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, "no CUDA device");
+    return 2;
+  }
+  lua_pushcfunction(L, l_sm100a_image_check);
+  lua_pushinteger(L, dev);
+  lua_pushboolean(L, emulate);
+  if (lua_pcall(L, 2, 0, 0) != 0) {
+    lua_pushboolean(L, 0);
+    lua_insert(L, -2);
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
 }
 
 static const luaL_Reg functions[] = {
     {"video_blocks", l_video_blocks}, {"random_topk", l_random_topk},
     {"pair_count", l_pair_count}, {"invert_indices", l_invert_indices},
     {"forward_ref", l_forward_ref}, {"backward_ref", l_backward_ref},
-    {"backward_sm90a", l_backward_sm90a},
+    {"backward_sm90a", l_backward_sm90a}, {"backward_sm100a", l_backward_sm100a},
+    {"sm100a_image", l_sm100a_image},
     {NULL, NULL}};
 
 void

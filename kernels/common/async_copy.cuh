@@ -51,6 +51,17 @@ bulk_reduce_add_f32(float *gdst, uint32_t ssrc, uint32_t bytes)
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 
+/* The same for 32-bit integers (two's-complement wrap-around: exact, and
+ * the same bits in any order). */
+__device__ __forceinline__ void
+bulk_reduce_add_u32(uint32_t *gdst, uint32_t ssrc, uint32_t bytes)
+{
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32 [%0], [%1], %2;\n"
+      ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
 /* Wait until the bulk ops of this thread have read their shared memory. */
 __device__ __forceinline__ void
 bulk_wait_read()
@@ -188,6 +199,13 @@ fast_exp2(float x)
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+/* 2^e exactly, for e in [-126, 127] (the fixed-point row scales). */
+__device__ __forceinline__ float
+exp2_int(int e)
+{
+  return __int_as_float((e + 127) << 23);
 }
 
 __device__ __forceinline__ uint32_t

@@ -78,22 +78,101 @@ prep_kernel(const __grid_constant__ prep_params p)
     float2 u = __bfloat1622float2(a[x]), w = __bfloat1622float2(c[x]);
     s = fmaf(u.x, w.x, fmaf(u.y, w.y, s));
   }
+  float n2 = 0.f; // ‖dO_r‖², for the fixed-point bound
+  if (p.row_exp) {
 #pragma unroll
-  for (int m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
-  if (lane == 0) p.delta[row] = s;
+    for (int x = 0; x < 2; x++) {
+      float2 u = __bfloat1622float2(a[x]);
+      n2 = fmaf(u.x, u.x, fmaf(u.y, u.y, n2));
+    }
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, m);
+    n2 += __shfl_xor_sync(0xffffffffu, n2, m);
+  }
+  if (lane == 0) {
+    p.delta[row] = s;
+    if (p.row_exp) {
+      const int64_t bh = row / p.Sq;
+      const float maxk = __uint_as_float(p.kv_stats[2 * bh]);
+      const float maxv = sqrtf(__uint_as_float(p.kv_stats[2 * bh + 1]));
+      const float bound = 2.f * maxk * fmaf(sqrtf(n2), maxv, fabsf(s));
+      int ex = 0; // bound < 2^ex
+      if (bound > 0.f && isfinite(bound)) frexpf(bound, &ex);
+      p.row_exp[row] = bound > 0.f && isfinite(bound) ? min(max(30 - ex, -126), 126) : 0;
+    }
+  }
 }
 
-/* dq = bf16(accumulator · sm_scale), four elements per thread; with
- * swizzled rows (BULK), chunk c of row r sits at chunk c ^ (r & 7). */
+/* Deterministic dQ: per (b, h) = blockIdx.y, max|K| and max‖V_row‖² over
+ * the valid rows of kv block blockIdx.x (row < vbs), folded into
+ * kv_stats[bh] with atomicMax on the float bits (non-negative floats order
+ * as their bits do; NaN rows are skipped). One warp per 8 rows. */
+__global__ void __launch_bounds__(256)
+kv_stats_kernel(const __grid_constant__ prep_params p)
+{
+  const int blk = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int64_t bh = blockIdx.y;
+  const int vb = min(max(p.vbs[blk], 0), BLK);
+  float mk = 0.f, mv = 0.f;
+  for (int r = w; r < vb; r += 8) {
+    const int64_t row = bh * p.Skv + (int64_t)blk * BLK + r;
+    const __nv_bfloat162 *kr = reinterpret_cast<const __nv_bfloat162 *>(p.k + row * D) + lane * 2;
+    const __nv_bfloat162 *vr = reinterpret_cast<const __nv_bfloat162 *>(p.v + row * D) + lane * 2;
+    float rk = 0.f, rv = 0.f;
+#pragma unroll
+    for (int x = 0; x < 2; x++) {
+      float2 u = __bfloat1622float2(kr[x]), z = __bfloat1622float2(vr[x]);
+      rk = fmaxf(rk, fmaxf(fabsf(u.x), fabsf(u.y)));
+      rv = fmaf(z.x, z.x, fmaf(z.y, z.y, rv));
+    }
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) {
+      rk = fmaxf(rk, __shfl_xor_sync(0xffffffffu, rk, m));
+      rv += __shfl_xor_sync(0xffffffffu, rv, m);
+    }
+    mk = fmaxf(mk, rk);
+    mv = fmaxf(mv, rv);
+  }
+  if (lane == 0 && vb > 0) {
+    atomicMax(p.kv_stats + 2 * bh, __float_as_uint(mk));
+    atomicMax(p.kv_stats + 2 * bh + 1, __float_as_uint(mv));
+  }
+}
+
+/* Index (in float4) of output chunk c (4 columns) of row `row` in the
+ * accumulator layout. */
+__device__ __forceinline__ int64_t
+dq_index(dq_layout layout, int64_t row, int c)
+{
+  switch (layout) {
+  case DQ_ROWS: return (row << 5) + c;
+  case DQ_ROWS_SWIZZLED:
+  case DQ_ROWS_SWIZZLED_FIXED: return (row << 5) + (c ^ (int)(row & 7));
+  default: { // quarters of each 64-row q block
+    const int r = (int)(row & 63), qt = c >> 3, x = c & 7;
+    return ((row >> 6) << 11) + (qt << 9) + (r << 3) + (x ^ (r & 7));
+  }
+  }
+}
+
+/* dq = bf16(accumulator · sm_scale), four elements per thread. */
 __global__ void
-dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, int swizzled)
+dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layout layout,
+                 const int *row_exp)
 {
   for (int64_t x = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; x < n4;
        x += (int64_t)gridDim.x * blockDim.x) {
-    int64_t row = x >> 5; // 32 chunks of 4 floats per 128-float row
-    int c = (int)(x & 31);
-    float4 a = acc[swizzled ? (row << 5) + (c ^ (int)(row & 7)) : x];
-    dq[x] = make_uint2(pack_bf16(a.x * scale, a.y * scale), pack_bf16(a.z * scale, a.w * scale));
+    const int64_t row = x >> 5; // 32 chunks of 4 floats per 128-float row
+    float4 a = acc[dq_index(layout, row, (int)(x & 31))];
+    float sc = scale;
+    if (layout == DQ_QUARTERS_FIXED || layout == DQ_ROWS_SWIZZLED_FIXED) {
+      const int4 v = *reinterpret_cast<const int4 *>(&a);
+      a = make_float4((float)v.x, (float)v.y, (float)v.z, (float)v.w);
+      sc = ldexpf(scale, -row_exp[row]);
+    }
+    dq[x] = make_uint2(pack_bf16(a.x * sc, a.y * sc), pack_bf16(a.z * sc, a.w * sc));
   }
 }
 
@@ -102,19 +181,26 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, int swiz
 cudaError_t
 launch_prep(const prep_params &p, cudaStream_t stream)
 {
+  if (p.row_exp) {
+    const int64_t BH = p.rows / p.Sq;
+    if (BH > 65535) return cudaErrorInvalidValue;
+    cudaError_t e = cudaMemsetAsync(p.kv_stats, 0, (size_t)BH * 2 * sizeof(uint32_t), stream);
+    if (e != cudaSuccess) return e;
+    kv_stats_kernel<<<dim3((unsigned)(p.Skv / BLK), (unsigned)BH), 256, 0, stream>>>(p);
+  }
   prep_kernel<<<(unsigned)((p.rows + 7) / 8), 256, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
 cudaError_t
-launch_dq_finish(const float *dq_accum, uint16_t *dq, float scale, int64_t rows, bool swizzled,
-                 cudaStream_t stream)
+launch_dq_finish(const float *dq_accum, uint16_t *dq, float scale, int64_t rows,
+                 dq_layout layout, const int *row_exp, cudaStream_t stream)
 {
   int64_t n4 = rows * D / 4;
   int blocks = (int)((n4 + 255) / 256 < 65536 ? (n4 + 255) / 256 : 65536);
   dq_finish_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
                                                reinterpret_cast<uint2 *>(dq), scale, n4,
-                                               swizzled);
+                                               layout, row_exp);
   return cudaGetLastError();
 }
 

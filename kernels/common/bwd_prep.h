@@ -20,7 +20,8 @@ namespace vsa_bwd {
 constexpr int BLK = 64;  // tokens per block
 constexpr int D = 128;   // head dim of the native kernels
 
-/* Scratch the preprocess zeroes and the work order it builds. */
+/* Scratch the preprocess zeroes and the work order it builds; with row_exp
+ * set, also the fixed-point exponents of the deterministic dQ mode. */
 struct prep_params {
   const uint16_t *dO, *o;  // bf16 [rows, D]
   float *delta;            // [rows] out: Σ_d dO·o (fp32)
@@ -34,15 +35,39 @@ struct prep_params {
   const int32_t *k2q_num;
   int k2q_width, groups, group_items;
   int32_t *order;
+  // Deterministic dQ (row_exp non-NULL): dQ partials are added as int32
+  // round(x · 2^row_exp[row]). Per (b, h), kv_stats gets max|K| and
+  // max‖V_row‖² over the valid kv rows (row < vbs[block]); per q row,
+  //   B_r = 2·max|K|·(‖dO_r‖·max‖V‖ + |Delta_r|)
+  // bounds every partial sum of |dQ_r,d| before sm_scale (|dQ_r,d| ≤
+  // max|K|·Σ_j|dS_rj|, Σ_j P_rj ≤ 1, |dP_rj| ≤ ‖dO_r‖·‖V_j‖ by
+  // Cauchy-Schwarz; the 2 covers bf16 rounding of P and dS), and
+  // row_exp = 30 − ⌈log2 B_r⌉ keeps any order of additions below 2^30 in
+  // magnitude: no overflow, and the sum is exact.
+  const uint16_t *k, *v;   // bf16 [B·H·Skv, D]
+  const int32_t *vbs;      // [Skv / 64]
+  int64_t Sq, Skv;
+  uint32_t *kv_stats;      // [B·H, 2] scratch (float bits)
+  int *row_exp;            // [rows] out
 };
 
 /* One launch: Delta, the zeroed accumulator and counters, the work order. */
 cudaError_t launch_prep(const prep_params &p, cudaStream_t stream);
 
-/* dq[rows, D] (bf16) = accumulator · scale, reading swizzled rows when
- * `swizzled`. */
+/* How a main kernel leaves dQ in the accumulator. */
+enum dq_layout {
+  DQ_ROWS,            // fp32 rows in order (atomics)
+  DQ_ROWS_SWIZZLED,   // fp32 rows, chunk c of row r at c ^ (r & 7) (sm90a bulk)
+  DQ_ROWS_SWIZZLED_FIXED, // the same, int32 fixed point with row_exp (sm90a deterministic)
+  DQ_QUARTERS,        // per 64-row q block: [column quarter][row][8 chunks at
+                      // c ^ (row & 7)], fp32 (sm100a: 4 KB per warp and quarter)
+  DQ_QUARTERS_FIXED   // the same, int32 fixed point with row_exp
+};
+
+/* dq[rows, D] (bf16) = accumulator · scale, read in `layout`; row_exp:
+ * the fixed-point exponents (the *_FIXED layouts), NULL otherwise. */
 cudaError_t launch_dq_finish(const float *dq_accum, uint16_t *dq, float scale, int64_t rows,
-                             bool swizzled, cudaStream_t stream);
+                             dq_layout layout, const int *row_exp, cudaStream_t stream);
 
 /* Chunks of nq q blocks for q_chunk blocks each (q_chunk <= 0: one). */
 int chunk_count(int64_t nq, int q_chunk);

@@ -166,24 +166,23 @@ bwd_kernel(const bwd_params p)
 
 } // namespace
 
-/* Scratch map: dQ accumulator (fp32 rows x D), Delta (rows), dQ order
- * counters (rows / 64), the work order (kv_rows / 64), then, 256-byte
- * aligned for float4 access, the dK/dV partials of q chunking and their
- * counters. */
+/* Scratch map: dQ accumulator (fp32 rows x D), Delta (rows), the
+ * fixed-point row exponents (rows) and K/V statistics (2 per (b, h)) of the
+ * deterministic mode, the work order (kv_rows / 64), then, 256-byte aligned
+ * for float4 access, the dK/dV partials of q chunking and their counters. */
 static size_t
-kv_acc_offset(int64_t rows, int64_t kv_rows)
+kv_acc_offset(int64_t rows, int64_t kv_rows, int64_t BH)
 {
-  size_t b = (size_t)rows * D * sizeof(float) + (size_t)rows * sizeof(float) +
-             (size_t)(rows / BLK) * sizeof(int) + (size_t)(kv_rows / BLK) * sizeof(int32_t);
+  size_t b = (size_t)rows * D * sizeof(float) + 2 * (size_t)rows * sizeof(float) +
+             (size_t)BH * 2 * sizeof(uint32_t) + (size_t)(kv_rows / BLK) * sizeof(int32_t);
   return (b + 255) & ~(size_t)255;
 }
 
 extern "C" size_t
 bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk)
 {
-  int64_t rows = (int64_t)s->B * s->H * s->Sq;
-  int64_t kv_rows = (int64_t)s->B * s->H * s->Skv;
-  size_t bytes = kv_acc_offset(rows, kv_rows);
+  int64_t BH = (int64_t)s->B * s->H, rows = BH * s->Sq, kv_rows = BH * s->Skv;
+  size_t bytes = kv_acc_offset(rows, kv_rows, BH);
   if (vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) > 1) // dK/dV partials and their order counters
     bytes += (size_t)kv_rows * 2 * D * sizeof(float) + (size_t)(kv_rows / BLK) * sizeof(int);
   return bytes;
@@ -195,40 +194,46 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
                    const float *d_lse, const int32_t *d_k2q_idx,
                    const int32_t *d_k2q_num, int k2q_width, const int32_t *d_vbs,
                    void *d_scratch, uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
-                   vsa_sm90a_variant variant, const int32_t *d_q2k_idx,
-                   const int32_t *d_q2k_num, int q2k_width, int q_chunk,
+                   vsa_sm90a_variant variant, int deterministic, int q_chunk,
                    cudaStream_t stream)
 {
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->B * s->H > 65535 || k2q_width < 1)
     return cudaErrorInvalidValue;
-  if (d_q2k_idx && (variant != VSA_SM90A_WS || !d_q2k_num || q2k_width < 1))
-    return cudaErrorInvalidValue;
+  if (deterministic && variant != VSA_SM90A_WS) return cudaErrorInvalidValue;
   const int64_t BH = (int64_t)s->B * s->H, rows = BH * s->Sq, kv_rows = BH * s->Skv;
   const int nkv = s->Skv / BLK;
   float *dq_accum = static_cast<float *>(d_scratch);
   float *delta = dq_accum + rows * D;
-  int *sem = reinterpret_cast<int *>(delta + rows);
-  int32_t *order = sem + rows / BLK;
+  int *row_exp = reinterpret_cast<int *>(delta + rows);
+  uint32_t *kv_stats = reinterpret_cast<uint32_t *>(row_exp + rows);
+  int32_t *order = reinterpret_cast<int32_t *>(kv_stats + BH * 2);
   const int chunks = variant == VSA_SM90A_WS ? vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) : 1;
-  float *kv_acc = reinterpret_cast<float *>(static_cast<char *>(d_scratch) + kv_acc_offset(rows, kv_rows));
+  float *kv_acc = reinterpret_cast<float *>(static_cast<char *>(d_scratch) +
+                                            kv_acc_offset(rows, kv_rows, BH));
   int *kv_sem = reinterpret_cast<int *>(kv_acc + kv_rows * 2 * D);
   const int group = vsa_bwd::heads_per_group(BH, s->Sq, chunks);
-  vsa_bwd::prep_params pp;
+  vsa_bwd::prep_params pp = {};
   pp.dO = d_dO;
   pp.o = d_o;
   pp.delta = delta;
   pp.dq_accum = dq_accum;
   pp.rows = rows;
-  pp.zero_a = sem;
-  pp.n_a = d_q2k_idx ? rows / BLK : 0;
   pp.zero_b = kv_sem;
   pp.n_b = chunks > 1 ? kv_rows / BLK : 0;
   pp.k2q_num = d_k2q_num;
   pp.k2q_width = k2q_width;
   pp.groups = (int)(BH / group);
   pp.group_items = group * nkv;
-  // The deterministic order needs kv blocks to start in ascending order.
-  pp.order = variant == VSA_SM90A_WS && !d_q2k_idx ? order : NULL;
+  pp.order = variant == VSA_SM90A_WS ? order : NULL;
+  if (deterministic) {
+    pp.k = d_k;
+    pp.v = d_v;
+    pp.vbs = d_vbs;
+    pp.Sq = s->Sq;
+    pp.Skv = s->Skv;
+    pp.kv_stats = kv_stats;
+    pp.row_exp = row_exp;
+  }
   cudaError_t err = vsa_bwd::launch_prep(pp, stream);
   if (err != cudaSuccess) return err;
   sm90_bwd_common c;
@@ -249,10 +254,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   if (variant == VSA_SM90A_WS) {
     sm90_ws_params p;
     static_cast<sm90_bwd_common &>(p) = c;
-    p.q2k_idx = d_q2k_idx;
-    p.q2k_num = d_q2k_num;
-    p.q2k_width = q2k_width;
-    p.dq_sem = sem;
+    p.row_exp = pp.row_exp;
     p.chunks = chunks;
     p.q_chunk = chunks > 1 ? q_chunk : c.nq;
     p.kv_acc = kv_acc;
@@ -283,6 +285,9 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     else
       bwd_kernel<false><<<grid, CONSUMER_THREADS, SMEM_BYTES, stream>>>(p);
   }
-  return vsa_bwd::launch_dq_finish(dq_accum, d_dq, s->sm_scale, rows, variant != VSA_SM90A_ATOMIC,
-                                   stream);
+  return vsa_bwd::launch_dq_finish(dq_accum, d_dq, s->sm_scale, rows,
+                                   variant == VSA_SM90A_ATOMIC ? vsa_bwd::DQ_ROWS
+                                   : deterministic             ? vsa_bwd::DQ_ROWS_SWIZZLED_FIXED
+                                                               : vsa_bwd::DQ_ROWS_SWIZZLED,
+                                   pp.row_exp, stream);
 }

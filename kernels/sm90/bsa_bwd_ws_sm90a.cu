@@ -13,15 +13,12 @@
  * producer waits for that stage's reduce to have read shared memory before
  * loading pair n+2 into it, while the consumer works on pair n+1.
  *
- * Deterministic mode (DET): the producer adds q block i's partial only when
- * a per-(b, h, i) counter equals the rank of j among the kv blocks that
- * select i (ascending), found by binary search in the q2k row of i; after
- * its reduce has completed it increments the counter. The accumulator then
- * sums every q block's partials in ascending kv order: the same bits every
- * run. CTAs start in blockIdx order and this mode launches kv blocks in
- * ascending order (no work order), so a lower kv block's CTA is resident
- * or done before a higher one waits on it (no deadlock); a wait that
- * exceeds ~2^28 polls traps instead of hanging.
+ * Deterministic mode (FIXED): the consumer stages each partial as int32
+ * round(x · 2^row_exp[row]) (common/bwd_prep.h bounds every partial sum
+ * below 2^30) and the producer adds it with the u32 bulk reduce: integer
+ * addition is exact in any order, so dq is the same bits every run, with
+ * the fp32 mode's traffic and no waiting (it replaced a turn-taking mode,
+ * kernels/NOTES.md v3.1).
  *
  * Otherwise CTAs take their (b, h, kv block) from the preprocess's work
  * order: longest k2q list first within a group of heads, so the grid ends
@@ -47,44 +44,17 @@ constexpr uint32_t OFF_BAR = OFF_END;  // kv, full[2], dq_ready[2]
 constexpr uint32_t SMEM_BYTES = OFF_BAR + 5 * 8 + 1024;
 constexpr uint32_t STAGE_TX = STAGE_BYTES + STATS_BYTES;
 
-__device__ __forceinline__ int
-kv_rank(const sm90_ws_params &p, int64_t bh, int i, int j)
-{
-  const int32_t *row = p.q2k_idx + (bh * p.nq + i) * (int64_t)p.q2k_width;
-  int lo = 0, hi = min(max(p.q2k_num[bh * p.nq + i], 0), p.q2k_width);
-  while (lo < hi) { // first position whose kv block is >= j
-    int mid = (lo + hi) >> 1;
-    if (__ldg(row + mid) < j) lo = mid + 1; else hi = mid;
-  }
-  return lo;
-}
-
-/* Producer: add the dQ partial staged in stage s into q block i's rows;
- * returns once the copy engine has read the stage. In deterministic mode
- * it first waits for its turn; release_dq then hands the turn on. */
-template <bool DET>
+/* Producer: add the dQ partial staged in stage s into q block i's rows
+ * (fp32, or int32 fixed point); returns once the copy engine has read the
+ * stage. */
+template <bool FIXED>
 __device__ __forceinline__ void
-reduce_dq(const sm90_ws_params &p, int64_t bh, int i, int j, uint32_t stage)
+reduce_dq(const sm90_ws_params &p, int64_t bh, int i, uint32_t stage)
 {
   float *dqa = p.dq_accum + (bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK) * D;
-  if (DET) {
-    wait_turn(p.dq_sem + bh * p.nq + i, kv_rank(p, bh, i, j));
-    fence_proxy_async_global();
-  }
-  bulk_reduce_add_f32(dqa, stage, BLK * D * sizeof(float));
+  if (FIXED) bulk_reduce_add_u32(reinterpret_cast<uint32_t *>(dqa), stage, BLK * D * sizeof(float));
+  else bulk_reduce_add_f32(dqa, stage, BLK * D * sizeof(float));
   bulk_wait_read();
-}
-
-/* Deterministic mode: once the last reduce has completed (written, not only
- * read: the next adder builds on it), let the next kv block add into q
- * block i. Called after the next stage's loads are issued, so the wait
- * overlaps them. */
-__device__ __forceinline__ void
-release_dq(const sm90_ws_params &p, int64_t bh, int i)
-{
-  bulk_wait_all();
-  fence_proxy_async_global();
-  red_release_add(p.dq_sem + bh * p.nq + i, 1);
 }
 
 /* Consumer threads, after the last pair of chunk c: hand dK, dV on. With
@@ -135,7 +105,7 @@ finish_kv(const sm90_ws_params &p, int64_t bh, int j, int c, float *acc_dk, floa
   if (t == 0) red_release_add(sem, 1);
 }
 
-template <bool DET>
+template <bool FIXED>
 __global__ void __launch_bounds__(THREADS, 2)
 bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
 {
@@ -187,7 +157,7 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
       const int done = s ? staged1 : staged0;
       if (n >= 2) { // pair n-2's dQ, staged here, goes out before the refill
         mbar_wait(bar_ready + 8 * s, ((n - 2) >> 1) & 1);
-        reduce_dq<DET>(p, bh, done, j, st);
+        reduce_dq<FIXED>(p, bh, done, st);
       }
       const int i = __ldg(list + e);
       if (s) staged1 = i; else staged0 = i;
@@ -201,13 +171,11 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
       const uint32_t stats = base + OFF_STATS + s * STATS_BYTES;
       bulk_load(stats, p.lse + q_row0, BLK * sizeof(float), full);
       bulk_load(stats + BLK * sizeof(float), p.delta + q_row0, BLK * sizeof(float), full);
-      if (DET && n >= 2) release_dq(p, bh, done);
     }
     for (int m = n >= 2 ? n - 2 : 0; m < n; m++) { // the last pairs' dQ
       const int s = m & 1;
       mbar_wait(bar_ready + 8 * s, (m >> 1) & 1);
-      reduce_dq<DET>(p, bh, s ? staged1 : staged0, j, base + OFF_STAGE + s * STAGE_BYTES);
-      if (DET) release_dq(p, bh, s ? staged1 : staged0);
+      reduce_dq<FIXED>(p, bh, s ? staged1 : staged0, base + OFF_STAGE + s * STAGE_BYTES);
     }
     bulk_wait_all();
     return;
@@ -237,9 +205,17 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
     const uint32_t sQ = base + OFF_STAGE + s * STAGE_BYTES;
     unsigned char *stg = base_ptr + OFF_STAGE + s * STAGE_BYTES;
     const float *lse = reinterpret_cast<const float *>(base_ptr + OFF_STATS + s * STATS_BYTES);
+    float sc0 = 1.f, sc1 = 1.f; // FIXED: 2^row_exp of this thread's two q rows
+    if (FIXED) {
+      const int *re = p.row_exp + (bh * p.nq + __ldg(list + e)) * (int64_t)BLK;
+      sc0 = exp2_int(__ldg(re + r0));
+      sc1 = exp2_int(__ldg(re + r1));
+    }
     pair_gradients(base, base_ptr, sQ, sQ + TILE, lse, lse + BLK, p.scale_log2, valid0,
-                   valid1, acc_dk, acc_dv,
-                   [&](int hn, const float *acc_q) { stage_dq_half(stg, hn, acc_q); });
+                   valid1, acc_dk, acc_dv, [&](int hn, const float *acc_q) {
+                     if (FIXED) stage_dq_half_fixed(stg, hn, acc_q, sc0, sc1);
+                     else stage_dq_half(stg, hn, acc_q);
+                   });
     fence_proxy_async(); // the staged dQ is read by the copy engine next
     mbar_arrive(bar_ready + 8 * s);
   }
@@ -269,7 +245,7 @@ sm90_ws_launch(sm90_ws_params &p, const void *q, const void *k, const void *v, c
     configured = true;
   }
   dim3 grid(p.group_items, p.chunks, p.groups);
-  if (p.q2k_idx)
+  if (p.row_exp)
     bwd_ws_kernel<true><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
   else
     bwd_ws_kernel<false><<<grid, THREADS, SMEM_BYTES, stream>>>(p);

@@ -214,4 +214,21 @@ stage_dq_half(unsigned char *stg, int hn, const float *acc_q)
   }
 }
 
+/* The same as int32 fixed point: round(x · sc) with the row's scale sc =
+ * 2^row_exp (sc0 for row r0, sc1 for r1), stored as the float's bits. */
+__device__ __forceinline__ void
+stage_dq_half_fixed(unsigned char *stg, int hn, const float *acc_q, float sc0, float sc1)
+{
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
+#pragma unroll
+  for (int jn = 0; jn < 8; jn++) {
+    int col = hn * 64 + jn * 8 + 2 * (lane & 3);
+    *reinterpret_cast<int2 *>(stg + dq_stage_offset(r0, col)) =
+        make_int2(__float2int_rn(acc_q[4 * jn] * sc0), __float2int_rn(acc_q[4 * jn + 1] * sc0));
+    *reinterpret_cast<int2 *>(stg + dq_stage_offset(r1, col)) =
+        make_int2(__float2int_rn(acc_q[4 * jn + 2] * sc1), __float2int_rn(acc_q[4 * jn + 3] * sc1));
+  }
+}
+
 } // namespace sm90bwd

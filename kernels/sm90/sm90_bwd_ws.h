@@ -19,9 +19,8 @@ struct sm90_bwd_common {
 
 struct sm90_ws_params : sm90_bwd_common {
   CUtensorMap tm_q, tm_do, tm_k, tm_v; // filled by sm90_ws_launch
-  const int32_t *q2k_idx, *q2k_num; // non-NULL: deterministic dQ order
-  int q2k_width;
-  int *dq_sem; // per (b, h, q block), zeroed (deterministic mode)
+  const int *row_exp; // non-NULL: deterministic dQ in int32 fixed point
+                      // (common/bwd_prep.h), one exponent per q row
   // q chunking: CTA (j, c) takes the pairs of kv block j with q block in
   // [c·q_chunk, (c+1)·q_chunk); chunks > 1 passes dK/dV partials (fp32,
   // wgmma fragment order) from chunk to chunk through kv_acc in order,

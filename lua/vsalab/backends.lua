@@ -151,11 +151,9 @@ local function sm90a(name, version, det, description, variant_of)
         p.k2q_num, p.vbs, {sm_scale = p.sm_scale, version = version, deterministic = det})
     end,
     timed = function(p, outs)
-      -- p's lists come from invert_indices (ascending): no canonical pass;
-      -- the deterministic order's q2k lists are made once, outside timing.
+      -- p's lists come from invert_indices (ascending): no canonical pass.
       local opts = {sm_scale = p.sm_scale, poison = false, canonical = false,
         version = version, deterministic = det, out = {outs.dq, outs.dk, outs.dv}}
-      if det then opts.q2k = {core.invert_indices(p.k2q_idx, p.k2q_num, p.nq)} end
       -- VSALAB_SLOWDOWN_US adds a spin kernel to each timed call: the
       -- deliberately slower variant that must make `vsalab compare` say SLOW.
       local slow = tonumber(os.getenv("VSALAB_SLOWDOWN_US") or "")
@@ -168,19 +166,65 @@ local function sm90a(name, version, det, description, variant_of)
   }
 end
 sm90a("sm90a", 3, false, "native Hopper backward (v3): warp-specialized, TMA + mbarrier producer, bulk dQ reduce")
-sm90a("sm90a-det", 3, true, "sm90a v3 with the deterministic dQ order (same bits every run)")
+sm90a("sm90a-det", 3, true, "sm90a v3 with dQ in int32 fixed point (same bits every run)")
 -- Earlier versions, kept to measure against in the same run; the case
 -- runner and GPU specs skip variants.
 sm90a("sm90a-v2", 2, false, "sm90a v2: one warpgroup, cp.async ring, bulk dQ reduce", "sm90a")
 sm90a("sm90a-atomic", 1, false, "sm90a v1: dQ by vector atomics", "sm90a")
 
--- Written later; no Blackwell GPU is lent to this project, so sm_100a code
--- is compiled and inspected but never run.
-M.register{
-  name = "sm100a",
-  description = "native Blackwell backward (tcgen05): not written yet",
-  supported = function() return false, "sm100a backward not written yet (no Blackwell GPU to run it on)" end,
-  run = function() error("sm100a backward not written yet", 2) end,
-}
+-- The Blackwell backward (kernels/sm100/). No Blackwell GPU is available to
+-- this project: the hardware kernel is compiled and SASS-checked, never run.
+-- Its sm_90a build over an emulated tcgen05 layer runs on an H200 as
+-- `sm100a-emu`, a test backend that only VSALAB_SM100_EMU=1 makes available
+-- (its timings measure the emulation, not a kernel).
+local function sm100a_supported(emulate)
+  return function(device, p)
+    if device == "cpu" then return false, "sm100a runs on CUDA tensors" end
+    if emulate and os.getenv("VSALAB_SM100_EMU") ~= "1" then
+      return false, "sm100a-emu is a test backend: set VSALAB_SM100_EMU=1 to use it"
+    end
+    local ok, why = core.cuda_available()
+    if not ok then return false, why end
+    ok, why = core.sm100a_image(emulate)
+    if not ok then
+      why = tostring(why):gsub("^[^:]*:%d+: ", "")
+      if not emulate then why = why .. " (compiled and emulated, never run on Blackwell)" end
+      return false, why
+    end
+    if p and p.D ~= 128 then return false, "sm100a takes head dim 128, got " .. tostring(p.D) end
+    return true
+  end
+end
+
+local function sm100a(name, emulate, det, description, variant_of)
+  M.register{
+    name = name,
+    description = description,
+    variant_of = variant_of,
+    emulated = emulate,
+    deterministic_dq = det,
+    supported = sm100a_supported(emulate),
+    -- The emulation is checked, not timed: one call (rows carry no TFLOPS).
+    bench_opts = emulate and {warmup = 0, repeats = 1} or M.kernel_bench_opts,
+    run = function(p)
+      return core.backward_sm100a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
+        p.k2q_num, p.vbs, {sm_scale = p.sm_scale, deterministic = det, emulate = emulate})
+    end,
+    timed = function(p, outs)
+      local opts = {sm_scale = p.sm_scale, poison = false, canonical = false,
+        deterministic = det, emulate = emulate, out = {outs.dq, outs.dk, outs.dv}}
+      return function()
+        core.backward_sm100a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
+          p.k2q_num, p.vbs, opts)
+      end
+    end,
+  }
+end
+sm100a("sm100a", false, true,
+  "native Blackwell backward (tcgen05, tensor memory; fixed-point deterministic dQ): compiled and emulated, never run on Blackwell")
+sm100a("sm100a-fp32", false, false, "sm100a with dQ summed in fp32 in arrival order", "sm100a")
+sm100a("sm100a-emu", true, true,
+  "the sm100a kernel over an emulated tcgen05 layer on sm_90a (a test backend: correctness, not speed)")
+sm100a("sm100a-emu-fp32", true, false, "sm100a-emu with dQ summed in fp32 in arrival order", "sm100a-emu")
 
 return M

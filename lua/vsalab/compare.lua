@@ -7,8 +7,11 @@
 -- a project revision prefix of 4+ hex digits (the latest run built from it). A is the
 -- baseline. RUN:KERNEL takes only that kernel's rows of the run, and
 -- points then match without the kernel: `vsalab compare 7:sm90a 7:triton`
--- sets two kernels of one run (the same inputs) side by side. Points match on (experiment, kernel, B, H, Sq, Skv, D, block,
--- density, topk, ragged, timing mode); when a run measured a point twice
+-- sets two kernels of one run (the same inputs) side by side.
+-- Points match on (experiment, kernel, B, H, Sq, Skv, D, block,
+-- density, topk, ragged, list kind, timing mode); the list kind is the
+-- row's extra.point.lists ('random' when absent: rows of random lists and
+-- rows logged before the axis existed); when a run measured a point twice
 -- the last row counts; a point timed in one run only is listed as ONLY A
 -- or ONLY B. Verdicts, from the medians and each run's measured range
 -- [ms_min, ms_max]:
@@ -45,7 +48,10 @@ function M.verdict(a, b, opts)
 end
 
 local key_cols = {"experiment", "kernel", "B", "H", "Sq", "Skv", "D", "block",
-  "density", "topk", "ragged", "mode"}
+  "density", "topk", "ragged", "lists", "mode"}
+
+-- SQL for a result row's list kind: 'random' or 'vsa:ℓ' (extra.point.lists).
+M.lists_sql = [[coalesce(CASE WHEN json_valid(extra) THEN json_extract(extra, '$.point.lists') END, 'random')]]
 
 local function point_key(r, no_kernel)
   local parts = {}
@@ -106,7 +112,8 @@ end
 local function load(db, side)
   local id, kernel = side, nil
   if type(side) == "table" then id, kernel = side.run, side.kernel end
-  local rows = db:q([[SELECT * FROM result WHERE run_id = ? AND ms_median IS NOT NULL
+  local rows = db:q("SELECT *, " .. M.lists_sql .. [[ AS lists FROM result
+                      WHERE run_id = ?1 AND ms_median IS NOT NULL
                       AND (?2 IS NULL OR kernel = ?2) ORDER BY id]], id, kernel)
   local by = {}
   for _, r in ipairs(rows) do
@@ -121,7 +128,8 @@ end
 
 local function point_row(r, verdict)
   return {experiment = r.experiment, kernel = r.kernel, B = r.B, H = r.H, S = r.Sq,
-    ragged = r.ragged, density = r.density, mode = r.mode, verdict = verdict, flags = ""}
+    ragged = r.ragged, density = r.density, lists = r.lists, mode = r.mode,
+    verdict = verdict, flags = ""}
 end
 
 -- Compare runs a and b (ids, or {run=, kernel=} sides: then both should
@@ -219,7 +227,7 @@ function M.main(argv)
     sa.label, sb.label, matched, matched == 1 and "" or "s", opts.floor_pct, opts.floor_ms))
   report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "B", fmt = "%d"},
     {key = "H", fmt = "%d"}, {key = "ragged", fmt = "%d"},
-    {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "mode"},
+    {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
     {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
     {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
   local counts = {}

@@ -2,8 +2,10 @@
 --
 -- run{name=, device='cuda', sweep=sw (vsalab.sweep) or configs={...},
 --     check=..., seed=, anchors=}
--- For each point {B, H, D, latent={T,H,W} | Sq, density | topk, ragged}:
---   build inputs with cuRAND and random top-k lists, invert them (timed),
+-- For each point {B, H, D, latent={T,H,W} | Sq, density | topk, ragged,
+-- lists='random' | 'vsa:ℓ'}:
+--   build inputs with cuRAND and random top-k lists (or VSA-like lists from
+--   correlated q, k: vsalab.problem), invert them (timed),
 --   run the reference forward, then every backward available on the device:
 --   time it (vsalab.bench, CUDA events), check it against the fp64 oracle
 --   (check = 'full', or a spot check on sampled heads and blocks:
@@ -76,8 +78,9 @@ function M.args(argv, defaults)
 end
 
 local function shape_of(c, p)
-  return string.format("B%d H%d S%d D%d %.0f%%%s", p.B, p.H, p.Sq, p.D,
-    100 * p.density, c.ragged and " ragged" or "")
+  return string.format("B%d H%d S%d D%d %.0f%%%s%s", p.B, p.H, p.Sq, p.D,
+    100 * p.density, c.ragged and " ragged" or "",
+    p.lists ~= "random" and " " .. p.lists or "")
 end
 
 local function base_row(name, c, p)
@@ -99,6 +102,20 @@ function M.point_seed(run_seed, hash)
   return (run_seed % 2^20) * 2^20 + tonumber(hash, 16) % 2^20
 end
 
+-- A point's `lists` in canonical form ('vsa:4', not 'vsa:4.0'), and absent
+-- for random lists, so the points that existed before the lists axis keep
+-- their hash (hence their seed and inputs). Raises on an unknown kind.
+function M.normalise_lists(c)
+  if c.lists == nil then return c end
+  local _, _, name = problem.parse_lists(c.lists)
+  if name == "random" then name = nil end
+  if name ~= c.lists then
+    c.lists = name
+    if c.hash then c.hash = require("vsalab.sweep").hash(M.point_of(c)) end
+  end
+  return c
+end
+
 function M.run(e)
   local device = e.device or "cuda"
   if e.sweep then
@@ -110,6 +127,7 @@ function M.run(e)
       else e.configs[#e.configs + 1] = p end
     end
   end
+  for _, c in ipairs(e.configs) do M.normalise_lists(c) end
   if device ~= "cpu" then
     local ok, why = core.cuda_available()
     if not ok then error(e.name .. " needs a CUDA device: " .. tostring(why), 0) end
@@ -181,7 +199,7 @@ function M.run(e)
       local first = msg:gsub("\n.*", ""):gsub("^[^:]*%.lua:%d+: ", "")
       local r = {experiment = e.name, kernel = "config", B = c.B, H = c.H, D = c.D,
         density = c.density, topk = c.topk, ragged = c.ragged and 1 or 0,
-        point_hash = M.hash_of(c),
+        point_hash = M.hash_of(c), extra = {point = M.point_of(c)},
         note = "skipped (" .. why .. "): " .. first}
       r.id = run.log(r)
       rows[#rows + 1] = r
@@ -255,7 +273,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
       row.kernel = "invert"
       timing(row, st)
       row.note = "q2k -> k2q inversion, deterministic"
-      row.extra = {seed = p.seed, point = M.point_of(c)}
+      row.extra = {seed = p.seed, point = M.point_of(c), lists = p.lists, sharing = p.sharing}
       row.point_hash = hash
       row.id = run.log(row)
       rows[#rows + 1] = row
@@ -316,13 +334,13 @@ function M.run_config(e, i, c, device, seed, rows, n)
         r.kernel = b.name
         timing(r, bst)
         r.passed = res.passed and 1 or 0
-        -- Never report the speed of a wrong output.
-        r.tflops = res.passed and bench.tflops(p.pairs, p.D, bst.median) or nil
+        -- Never report the speed of a wrong output, nor of an emulation.
+        r.tflops = res.passed and not b.emulated and bench.tflops(p.pairs, p.D, bst.median) or nil
         r.errors = res.errors
-        r.note = res.what
+        r.note = b.emulated and ("emulated (checked, not a speed): " .. res.what) or res.what
         r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
           clock = bst.clock, seed = p.seed, point = M.point_of(c), stop = bst.stop,
-          backend = b.origin, peer = bst.peer}
+          lists = p.lists, sharing = p.sharing, backend = b.origin, peer = bst.peer}
         r.point_hash = hash
         -- SM clock around the point and throttling (NVML, when present).
         r.sm_clock_start_mhz = clk0 and clk0.sm_mhz or nil
@@ -357,16 +375,18 @@ function M.backend_failed(e, c, p, b, hash, err, device, rows, label, i, n)
   r.passed = 0
   r.note = first
   r.point_hash = hash
-  r.extra = {seed = p.seed, point = M.point_of(c), backend = b.origin}
+  r.extra = {seed = p.seed, point = M.point_of(c), lists = p.lists, sharing = p.sharing, backend = b.origin}
   r.id = run.log(r)
   rows[#rows + 1] = r
   report.progress(i - 1, n, label .. ": " .. b.name .. " FAILED: " .. first)
 end
 
 function M.summary(rows, anchors, gemm)
-  local t, any_ragged = {}, false
+  local t, any_ragged, any_vsa = {}, false, false
   for _, r in ipairs(rows) do
     any_ragged = any_ragged or r.ragged == 1 or r.ragged == true
+    local x = type(r.extra) == "table" and r.extra or {}
+    any_vsa = any_vsa or (x.lists ~= nil and x.lists ~= "random")
     local e = r.errors or {}
     local function err(k) return e[k] and e[k].rel_l2 end
     t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, density = r.density,
@@ -374,12 +394,14 @@ function M.summary(rows, anchors, gemm)
       ragged = (r.ragged == 1 or r.ragged == true) and "yes" or "no",
       dq = err("dq"), dk = err("dk"), dv = err("dv"),
       ok = r.passed == nil and "-" or (r.passed == 1 and "pass" or "FAIL"),
+      lists = x.lists or "random", sharing = x.sharing,
       gemm = (r.tflops and gemm) and (100 * r.tflops / gemm) or nil,
       anchor = anchors and anchors(r) or nil}
   end
   local cols = {
     {key = "kernel"}, {key = "B", fmt = "%d"}, {key = "H", fmt = "%d"}, {key = "S", fmt = "%d"},
     {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
+    {key = "sharing", fmt = "%.3f"},
     {key = "ms", title = "ms (median)", fmt = "%.3f"},
     {key = "tflops", title = "TFLOPS", fmt = "%.1f"},
     {key = "gemm", title = "% GEMM", fmt = "%.0f"},
@@ -391,6 +413,8 @@ function M.summary(rows, anchors, gemm)
   -- Ragged lists (counts below top-k) change what a TFLOPS figure means:
   -- say which rows had them when any did.
   if any_ragged then table.insert(cols, 7, {key = "ragged"}) end
+  -- Likewise the list kind (random or vsa:ℓ) when any point had VSA lists.
+  if any_vsa then table.insert(cols, 7, {key = "lists"}) end
   print()
   report.table(t, cols)
 end

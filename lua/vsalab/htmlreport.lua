@@ -5,7 +5,8 @@
 --   vsalab report A B   (RUN or RUN:KERNEL): the comparison view first
 --
 -- Per run: its environment; per experiment: TFLOPS on selected blocks
--- against tokens (log2 axis), one series per kernel and density, with the
+-- against tokens (log2 axis), one series per kernel, density and list kind
+-- (random lists, or VSA-like 'vsa:ℓ' lists as their own series), with the
 -- published Triton anchors of ../shared/ANCHORS.md dashed where the shape
 -- matches; the worst error per output per kernel; and every row.
 local core = require "vsalab.core"
@@ -117,7 +118,10 @@ function M.render(db, ids, lead)
       end
     end
     o[#o + 1] = "</table>"
-    local rows = db:q([[SELECT * FROM result_summary WHERE run_id = ? ORDER BY experiment, kernel, H, density, Sq]], id)
+    local compare = require "vsalab.compare"
+    local rows = db:q("SELECT *, " .. compare.lists_sql .. [[ AS lists,
+      CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing
+      FROM result_summary WHERE run_id = ? ORDER BY experiment, kernel, H, density, Sq]], id)
     -- One chart per experiment (and head count): kernel x density series.
     local groups, order = {}, {}
     for _, r in ipairs(rows) do
@@ -125,9 +129,10 @@ function M.render(db, ids, lead)
         local g = r.experiment .. " · B" .. tostring(r.B) .. " H" .. tostring(r.H) .. " D" .. tostring(r.D)
         if not groups[g] then groups[g] = {series = {}, H = r.H}; order[#order + 1] = g end
         local key = string.format("%s %.0f%%", r.kernel, 100 * (r.density or 0))
+        if r.lists ~= "random" then key = key .. " " .. r.lists end
         local s = groups[g].series[key]
         if not s then
-          s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0}
+          s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0, lists = r.lists}
           groups[g].series[key] = s
         end
         s.points[#s.points + 1] = {r.Sq, r.tflops}
@@ -140,7 +145,8 @@ function M.render(db, ids, lead)
       -- Legend by kernel, then density as a number.
       table.sort(series, function(a, b)
         if a.kernel ~= b.kernel then return a.kernel < b.kernel end
-        return a.density < b.density
+        if a.density ~= b.density then return a.density < b.density end
+        return a.lists < b.lists
       end)
       for i, s in ipairs(series) do s.color = palette[(i - 1) % #palette + 1] end
       for _, a in ipairs(M.anchors) do
@@ -175,7 +181,7 @@ function M.render(db, ids, lead)
       o[#o + 1] = "</table>"
     end
     o[#o + 1] = '<h2>All rows</h2><div class="scroll"><table><tr>'
-    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
+    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "lists", "sharing", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
     for _, r in ipairs(rows) do
       if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
     end
@@ -185,8 +191,8 @@ function M.render(db, ids, lead)
       o[#o + 1] = "<tr>"
       for _, c in ipairs(cols) do
         local v = r[c]
-        local f = ({density = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.1f", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
-        local cls = c == "note" and "wrap" or ((c == "experiment" or c == "kernel" or c == "worst_output") and "l" or "")
+        local f = ({density = "%.3f", sharing = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.1f", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
+        local cls = c == "note" and "wrap" or ((c == "experiment" or c == "kernel" or c == "worst_output" or c == "lists") and "l" or "")
         if c == "passed" and v ~= nil then cls = v == 1 and "pass" or "fail"; v = v == 1 and "pass" or "FAIL" end
         o[#o + 1] = string.format('<td class="%s">%s</td>', cls, fmt(v, f))
       end

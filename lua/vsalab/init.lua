@@ -52,8 +52,9 @@ end
 
 -- backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs [, opts]) -> dq, dk,
 -- dv, name: the native kernel for the device (sm90a on compute capability
--- 9.0, sm100a on 10.0 once written) when it takes these shapes, the
--- reference otherwise; `name` says which one ran.
+-- 9.0, sm100a on 10.x: compiled and emulated, never run on Blackwell here)
+-- when it takes these shapes, the reference otherwise; `name` says which
+-- one ran.
 function M.backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
   local device = device_of("backward", "q", q) == "cpu" and "cpu" or "cuda"
   local b = M.backends.pick(device, {D = q.shape[4]})

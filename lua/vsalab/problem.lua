@@ -3,18 +3,70 @@
 -- build{B=1, H=, Sq=, Skv=Sq, D=128, density= | topk=, ragged=false,
 --   seed=, device='cuda', latent={T,H,W} (then Sq = Skv = 64·blocks and
 --   variable_block_sizes come from 4×4×4 tiles of the latent), sm_scale=
---   1/sqrt(D), forward=true}
+--   1/sqrt(D), forward=true, lists='random' | 'vsa:ℓ'}
 -- -> p = {B, H, Sq, Skv, D, nq, nkv, topk, density, pairs, seed, sm_scale,
 --   q, k, v, dO (bf16 [B,H,S,D], cuRAND normal), vbs ([nkv] i32),
---   q2k_idx, q2k_num, k2q_idx, k2q_num, o, lse (reference forward)}
+--   q2k_idx, q2k_num, k2q_idx, k2q_num, o, lse (reference forward),
+--   lists ('random' or the canonical 'vsa:ℓ'), ell (vsa only), sharing}
 -- Tensor seeds derive from the problem seed: q = 16·seed+1, k +2, v +3,
 -- dO +4, lists +5, so any problem is regenerated from its seed alone.
+--
+-- lists='vsa:ℓ' makes VSA-like lists as FastVideo's VSA selects them: q
+-- and k are the cuRAND noise above turned into fields of correlation
+-- length ℓ latent cells on the (t, h, w) latent (vsalab.smooth_latent),
+-- and each q block keeps the top-k kv blocks by mean-pooled q·kᵀ
+-- (vsalab.vsa_topk); v and dO stay plain normals. ℓ = 0 gives unsmoothed
+-- inputs and nearly uniform lists. Without `latent` (Sq = Skv required) the
+-- nq blocks are laid out as the most cubic tile grid nt·nh·nw = nq
+-- (problem.grid_latent). Ragged lists exist only for random lists.
+-- `sharing` is vsalab.list_sharing of the lists (kv blocks 2m and 2m+1
+-- paired): ≈ the density for random lists, more for correlated inputs.
 local core = require "vsalab.core"
 
 local M = {}
 
 local function tensor(shape, dev, seed)
   return core.empty(shape, {dtype = "bf16", device = dev}):fill_randn{seed = seed}
+end
+
+-- The kind of lists named by `lists` (nil: random): 'random', or 'vsa'
+-- and its correlation length ℓ, and the canonical name ('vsa:4', not
+-- 'vsa:4.0'). Raises naming the argument otherwise (no source position: the
+-- message is a usage error's, shown as it is by the experiments).
+function M.parse_lists(lists)
+  if lists == nil or lists == "random" then return "random", nil, "random" end
+  local ell = type(lists) == "string" and lists:match("^vsa:(.+)$")
+  ell = ell and tonumber(ell)
+  if not ell or ell ~= ell or ell < 0 or ell > 64 then
+    if lists == "vsa" then
+      error("lists: 'vsa' needs a correlation length in latent cells: 'vsa:ℓ' with ℓ in [0, 64], e.g. 'vsa:4'", 0)
+    end
+    error("lists: expected 'random' or 'vsa:ℓ' (ℓ a number in [0, 64], e.g. 'vsa:4'), got "
+      .. (type(lists) == "string" and "'" .. lists .. "'" or tostring(lists)), 0)
+  end
+  return "vsa", ell, string.format("vsa:%.12g", ell)
+end
+
+-- The most cubic latent {4·nt, 4·nh, 4·nw} with nt·nh·nw = nblocks and
+-- nt <= nh <= nw (ties: the larger nt): e.g. 64 blocks -> {16, 16, 16},
+-- 2048 -> {32, 64, 64}.
+function M.grid_latent(nblocks)
+  local best
+  for a = 1, nblocks do
+    if a * a * a > nblocks then break end
+    if nblocks % a == 0 then
+      for b = a, nblocks / a do
+        if a * b * b > nblocks then break end
+        if (nblocks / a) % b == 0 then
+          local c = nblocks / a / b
+          if not best or c / a < best[3] / best[1] or (c / a == best[3] / best[1] and a > best[1]) then
+            best = {a, b, c}
+          end
+        end
+      end
+    end
+  end
+  return {4 * best[1], 4 * best[2], 4 * best[3]}
 end
 
 function M.build(s)
@@ -44,14 +96,41 @@ function M.build(s)
   local p = {B = B, H = H, Sq = Sq, Skv = Skv, D = D, nq = nq, nkv = nkv,
     seed = seed, sm_scale = s.sm_scale or 1 / math.sqrt(D), vbs = vbs,
     latent = s.latent, ragged = s.ragged and true or false}
+  local kind, ell
+  kind, ell, p.lists = M.parse_lists(s.lists)
+  local latent = s.latent
+  if kind == "vsa" then
+    if s.ragged then
+      error("problem.build: ragged lists are random lists (lists='vsa:ℓ' gives every q block its top-k)", 2)
+    end
+    if not latent then
+      if s.vbs then
+        error(string.format("problem.build: lists='%s' takes its block sizes from the latent: give latent, not vbs", p.lists), 2)
+      end
+      if Sq ~= Skv then
+        error(string.format("problem.build: lists='%s' needs Sq = Skv (one latent), got %d and %d", p.lists, Sq, Skv), 2)
+      end
+      latent = M.grid_latent(nq)
+      p.latent = latent
+    end
+    p.ell = ell
+  end
   p.q = tensor({B, H, Sq, D}, dev, 16 * seed + 1)
   p.k = tensor({B, H, Skv, D}, dev, 16 * seed + 2)
   p.v = tensor({B, H, Skv, D}, dev, 16 * seed + 3)
   p.dO = tensor({B, H, Sq, D}, dev, 16 * seed + 4)
-  p.q2k_idx, p.q2k_num, p.topk = core.random_topk{B = B, H = H, nq = nq,
-    nkv = nkv, density = s.density, topk = s.topk, ragged = s.ragged,
-    seed = 16 * seed + 5, device = dev}
+  if kind == "vsa" then
+    core.smooth_latent(p.q, {latent = latent, ell = ell})
+    core.smooth_latent(p.k, {latent = latent, ell = ell})
+    p.q2k_idx, p.q2k_num, p.topk = core.vsa_topk{q = p.q, k = p.k, density = s.density,
+      topk = s.topk, latent = latent}
+  else
+    p.q2k_idx, p.q2k_num, p.topk = core.random_topk{B = B, H = H, nq = nq,
+      nkv = nkv, density = s.density, topk = s.topk, ragged = s.ragged,
+      seed = 16 * seed + 5, device = dev}
+  end
   p.density = p.topk / nkv
+  p.sharing = core.list_sharing(p.q2k_idx, p.q2k_num, nkv)
   p.pairs = core.pair_count(p.q2k_num)
   p.k2q_idx, p.k2q_num = core.invert_indices(p.q2k_idx, p.q2k_num, nkv)
   if s.forward ~= false then
@@ -77,7 +156,7 @@ function M.head(p, bh)
   end
   local q = {B = 1, H = 1, Sq = p.Sq, Skv = p.Skv, D = p.D, nq = p.nq,
     nkv = p.nkv, seed = p.seed, sm_scale = p.sm_scale,
-    topk = p.topk, density = p.density}
+    topk = p.topk, density = p.density, lists = p.lists}
   for _, k in ipairs{"q", "k", "v", "dO", "o", "lse", "q2k_idx", "q2k_num",
       "k2q_idx", "k2q_num"} do
     if p[k] then q[k] = sl(p[k]) end

@@ -140,7 +140,11 @@ function M.main(argv)
         tostring(run.context or "{}")))
       if run.error then print("  error: " .. run.error:gsub("\n.*", "")) end
     end
-    local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ragged, mode,
+    -- lists: 'random' or 'vsa:ℓ'; sharing: the lists' pair sharing
+    -- (vsalab.list_sharing), both from the row's extra.
+    local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ragged, ]]
+      .. require("vsalab.compare").lists_sql .. [[ AS lists,
+        CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing, mode,
         samples, ms_median, tflops, passed, worst_output, worst_rel_l2, note FROM result_summary WHERE run_id = ? ORDER BY id]], id)
     M.print_rows(rows, rows.columns, o.format)
   elseif cmd == "query" then

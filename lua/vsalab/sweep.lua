@@ -120,7 +120,8 @@ local function parse_values(text, pow2)
     vals[1] = tonumber(text) or text
   else
     local a, b, c = inner:match("^([^:,]+):([^:,]+):?([^:,]*)$")
-    if a then
+    -- A range starts with a number; [vsa:4] is a list of one name.
+    if a and tonumber(a) then
       local start, stop, step = tonumber(a), tonumber(b), c ~= "" and tonumber(c) or 1
       if not (start and stop and step and step > 0) then
         error("sweep: bad range '" .. text .. "'", 0)

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 dest=${1:-.gpu-bin}
 rm -rf "$dest"
 mkdir -p "$dest/lua/share" "$dest/lua/lib"
-cp build/vsalab "$dest/"
+cp build/vsalab build/tests/tcgen05_ladder build/tests/tcgen05_ladder_emu "$dest/"
 cp build/libvsalab_example_cpu.so build/libvsalab_example_cuda.so "$dest/"
 cp -rL /usr/share/lua/5.1/. "$dest/lua/share/"
 cp -rL /usr/lib/x86_64-linux-gnu/lua/5.1/. "$dest/lua/lib/"

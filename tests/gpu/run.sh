@@ -2,10 +2,20 @@
 # tests/gpu/run.sh — the GPU test runner (NVIDIA H200 through the device
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
-# steps (default all but profile): quick specs sanitize invert seed_sweep
-# wan720p modes compare fault plugin peers profile breakdown case12
-# (peers needs .peer/ from tests/gpu/fetch_peer.sh, carried; PEERS_ARGS
-# passes seed_sweep overrides, e.g. PEERS_ARGS="-a Sq=[4096,8192]")
+# steps (default all but profile and blackwell): quick sm100emu specs
+# sanitize invert seed_sweep wan720p modes compare fault plugin peers
+# profile breakdown case12 vsa_lists blackwell
+# plugin: the example CUDA plug-in (cases, graph capture, a sweep beside
+# sm90a, a faulting plug-in). peers: seed_sweep peers=triton, sm90a and
+# Triton on identical inputs in one run (needs .peer/ from
+# tests/gpu/fetch_peer.sh, carried; PEERS_ARGS passes seed_sweep overrides).
+# sm100emu: the Blackwell backward's source on this GPU over the emulated
+# tcgen05 layer (ladder rungs 1-2 with wgmma cross-checks, every kernel
+# path against the reference, 20 bitwise launches, every CASES case).
+# blackwell: the first-contact ladder for a B200/GB200/B300, stopping at
+# the first failing rung: tensor memory round trip, one MMA of each shape,
+# the full kernel on every CASES case, the seed sweep (never run here: no
+# Blackwell GPU is available to this project).
 # Logs go to $OUT (or ./gpu-out), one STEP.log per step (sass.txt for
 # quick's SASS report) plus results.db, modes.db, compare.db, fault.db. WAN720P_ARGS passes axis overrides to the main
 # job, e.g. WAN720P_ARGS="-a H=40 -a density=[0.1,0.25]".
@@ -13,7 +23,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-build/vsalab}
 shift || true
-steps=${*:-quick specs sanitize invert seed_sweep wan720p modes compare fault plugin peers}
+steps=${*:-quick sm100emu specs sanitize invert seed_sweep wan720p modes compare fault plugin peers}
+# The ladder binaries sit beside vsalab (pack.sh) or in build/tests.
+tests_bin=$(dirname "$bin")
+[ -x "$tests_bin/tcgen05_ladder_emu" ] || tests_bin=build/tests
+# The emulated Blackwell backward joins the case runs and experiments.
+export VSALAB_SM100_EMU=1
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 # The example plug-ins sit beside the binary (build/ or tests/gpu/pack.sh's folder).
@@ -50,7 +65,7 @@ for step in $steps; do
       # The default kernels must not touch local memory (the deterministic
       # v3 kernel's 24-register producer spills a few bytes: allowed).
       (spill=0
-       if grep -E "(bwd_ws_kernelILb0E|bwd_kernelILb[01]E).* (LDL|STL)" "$out/sass.txt"; then
+       if grep -E "sm90a_cu_[0-9a-f]+(10bwd_kernelILb[01]E|13bwd_ws_kernelILb0E).* (LDL|STL)" "$out/sass.txt"; then
          echo "FAIL: local-memory traffic (spills) in a main sm90a kernel"; spill=1
        fi
        "$bin" run tests/gpu/sm90a_quick.lua 2>&1 || exit 1
@@ -60,6 +75,16 @@ for step in $steps; do
         --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy \
         "$bin" run tests/gpu/profile.lua 2>&1 | tee "$out/profile.log" ;;
     case12) "$bin" run tests/gpu/case12.lua 2>&1 | tee "$out/case12.log" ;;
+    sm100emu)
+      ("$tests_bin/tcgen05_ladder_emu" && "$bin" run tests/gpu/sm100a_emu.lua &&
+       "$bin" run tests/gpu/cases.lua sm100a-emu) 2>&1 | tee "$out/sm100emu.log" ;;
+    blackwell) # each rung runs only when the one before passed
+      ("$tests_bin/tcgen05_ladder" &&
+       VSALAB_SM100_EMU=0 "$bin" run tests/gpu/cases.lua sm100a &&
+       VSALAB_SM100_EMU=0 "$bin" run --db "$out/blackwell.db" experiments/seed_sweep.lua) 2>&1 |
+        tee "$out/blackwell.log" ;;
+    vsa_lists) # problem.build time at Wan 720P H40, random vs VSA-like lists
+      "$bin" run tests/gpu/vsa_build_time.lua 2>&1 | tee "$out/vsa_lists.log" ;;
     breakdown) # per-kernel times of one sm90a call at 4k, 8k, 16k
       ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"prep_kernel|bwd_ws_kernel|dq_finish" \
         "$bin" run tests/gpu/breakdown.lua 2>&1 | tee "$out/breakdown.log" ;;
