@@ -9,6 +9,7 @@
 #   tests/gpu/plugin_proof.sh [VSALAB_BINARY]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+unset VSALAB_SM100_EMU # the emulated sm100a (a correctness test) stays out of these sweeps
 bin=${1:-build/vsalab}
 lib=$(dirname "$bin")/libvsalab_example_cuda.so
 [ -f "$lib" ] || lib=build/libvsalab_example_cuda.so

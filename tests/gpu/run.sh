@@ -110,7 +110,8 @@ for step in $steps; do
        exit $bad) 2>&1 | tee "$out/plugin.log" ;;
     peers) # FastVideo's Triton backward as an external peer, same run and inputs as sm90a
       (rm -f "$out/peers.db"*
-       "$bin" run --db "$out/peers.db" experiments/seed_sweep.lua peers=triton ${PEERS_ARGS:-} || exit 1
+       # sm90a against Triton only: the emulated sm100a (a correctness test) stays out.
+       env -u VSALAB_SM100_EMU "$bin" run --db "$out/peers.db" experiments/seed_sweep.lua peers=triton ${PEERS_ARGS:-} || exit 1
        "$bin" query --db "$out/peers.db" "SELECT kernel, Sq, point_hash, round(ms_median,4) AS ms, round(tflops,1) AS tflops, passed, samples, json_extract(extra, '$.peer.extra.inversion_ms') AS peer_inv_ms FROM result WHERE kernel IN ('sm90a', 'triton') ORDER BY Sq, kernel"
        n=$("$bin" query --db "$out/peers.db" --format csv "SELECT count(*) FROM result WHERE kernel = 'triton' AND passed = 1" | tail -1)
        echo "triton rows passing the oracle: $n"
