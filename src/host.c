@@ -126,6 +126,8 @@ open_core(lua_State *L)
   vsa_lua_open_check(L);
   vsa_lua_open_proc(L);
   vsa_lua_open_vsa_lists(L);
+  vsa_lua_open_plugin(L);
+  vsa_lua_open_npy(L);
   lua_pushstring(L, VSA_VERSION);
   lua_setfield(L, -2, "version");
   lua_pushstring(L, VSA_GIT_REV);

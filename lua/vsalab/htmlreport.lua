@@ -2,6 +2,7 @@
 -- network, no JavaScript) for a PR or a notebook.
 --
 --   vsalab report [--db PATH] [-o report.html] [RUN...]   (default: latest)
+--   vsalab report A B   (RUN or RUN:KERNEL): the comparison view first
 --
 -- Per run: its environment; per experiment: TFLOPS on selected blocks
 -- against tokens (log2 axis), one series per kernel, density and list kind
@@ -99,12 +100,14 @@ th{background:#f6f6f6} td.l,th.l{text-align:left} .muted{color:#777} .fail{color
 td.wrap{max-width:260px;white-space:normal;text-align:left} .scroll{overflow-x:auto}
 ]]
 
--- The HTML text for runs (ids) of db.
-function M.render(db, ids)
+-- The HTML text for runs (ids) of db; lead: an HTML fragment put first
+-- (the comparison view of `report A B`, lua/vsalab/htmlcompare.lua).
+function M.render(db, ids, lead)
   local o = {"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>vsalab report</title><style>", css, "</style></head><body>"}
   o[#o + 1] = string.format("<h1>vsalab report</h1><div class=\"muted\">run%s %s · generated %s · vsalab %s</div>",
     #ids > 1 and "s" or "",
     esc(table.concat(ids, ", ")), os.date("!%Y-%m-%d %H:%M UTC"), esc(core.version))
+  if lead then o[#o + 1] = lead end
   for _, id in ipairs(ids) do
     local run = db:q("SELECT * FROM run WHERE id = ?", id)[1]
     -- The shards of one sweep are one logical run (lua/vsalab/shard.lua).
@@ -218,13 +221,16 @@ function M.main(argv)
   if #refs == 0 then refs = {"latest"} end
   local db = cli.open_db("report", o.db)
   if not db then return 2 end
-  local ids = {}
+  -- RUN or RUN:KERNEL; two of them add the comparison view.
+  local ids, sides, seen = {}, {}, {}
   for _, ref in ipairs(refs) do
-    local okr, id = pcall(require("vsalab.compare").resolve, db, ref)
-    if not okr then db:close(); io.stderr:write("vsalab report: ", tostring(id), "\n"); return 2 end
-    ids[#ids + 1] = id
+    local okr, side = pcall(require("vsalab.compare").resolve_side, db, ref)
+    if not okr then db:close(); io.stderr:write("vsalab report: ", tostring(side), "\n"); return 2 end
+    sides[#sides + 1] = side
+    if not seen[side.run] then seen[side.run] = true; ids[#ids + 1] = side.run end
   end
-  local html = M.render(db, ids)
+  local two = #sides == 2 and sides[1].label ~= sides[2].label
+  local html = M.render(db, ids, two and require("vsalab.htmlcompare").render(db, sides[1], sides[2]) or nil)
   db:close()
   -- Never write the report over a database, a WAL or a journal: an
   -- existing file is replaced only when it is empty or an earlier HTML

@@ -66,12 +66,13 @@ local good = {p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs}
 
 local functions = {}
 for name, f in pairs(vsalab) do
-  -- Left out: run bookkeeping (opens a DB), and timers that would fire
+  -- Left out: run bookkeeping (opens a DB), timers that would fire
   -- later, outside the call (set_point_timeout is the runner's plumbing),
-  -- and the process control of --devices (proc_*: spawns, signals and closes
+  -- npy_save (it would write files named like random strings here), and
+  -- the process control of --devices (proc_*: spawns, signals and closes
   -- descriptors outside the call).
   local skip = {synchronize = true, run_finish = true, run = true, log = true,
-    set_point_timeout = true, gpu_sleep = true}
+    set_point_timeout = true, gpu_sleep = true, npy_save = true}
   if type(f) == "function" and not skip[name] and not name:match("^proc_") then
     functions[#functions + 1] = {name, f}
   end
