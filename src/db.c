@@ -60,9 +60,10 @@ static const char *const stmt_sql[ST_LAST] = {
     "INSERT INTO run (status, script, args, seed, host, pid, git_rev,"
     " vsalab_version, gpu_name, gpu_cc, sm_count, driver_version,"
     " runtime_version, device_index, context, cuda_visible_devices,"
-    " nvcc_flags, dirty)"
+    " nvcc_flags, dirty, uid, sweep_id, shard_index, shard_count, devices)"
     " VALUES ('running', ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12,"
-    " ?13, ?14, ?15, ?16, ?17)",
+    " ?13, ?14, ?15, ?16, ?17, lower(hex(randomblob(16))), ?18, ?19, ?20,"
+    " ?21)",
   [ST_RUN_END] =
     "UPDATE run SET status = ?2, error = ?3, ended_at = " NOW_SQL
     " WHERE id = ?1",
@@ -71,10 +72,10 @@ static const char *const stmt_sql[ST_LAST] = {
     " density, topk, ragged, pairs, ms_median, ms_min, ms_max, spread,"
     " samples, tflops, passed, note, extra, ms_p20, ms_p80, rel_stddev, mode,"
     " point_hash, samples_ms, sm_clock_start_mhz, sm_clock_end_mhz,"
-    " throttled)"
+    " throttled, gpu_index, gpu_name, gpu_uuid)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
     " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28,"
-    " ?29, ?30, ?31)",
+    " ?29, ?30, ?31, ?32, ?33, ?34)",
   [ST_ERROR_INSERT] =
     "INSERT INTO result_error (result_id, output, rel_l2, max_abs, nonfinite,"
     " norm_ratio, passed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -566,6 +567,7 @@ vsa_db_run_info_init(vsa_run_info *info)
   memset(info, 0, sizeof *info);
   info->seed = info->pid = info->sm_count = info->device_index = VSA_DB_NULL;
   info->dirty = VSA_DB_NULL;
+  info->shard_index = info->shard_count = VSA_DB_NULL;
 }
 
 void
@@ -581,6 +583,7 @@ vsa_db_result_init(vsa_result_row *row)
   row->ms_p20 = row->ms_p80 = row->rel_stddev = NAN;
   row->sm_clock_start_mhz = row->sm_clock_end_mhz = NAN;
   row->throttled = VSA_DB_NULL;
+  row->gpu_index = VSA_DB_NULL;
 }
 
 void
@@ -605,7 +608,9 @@ vsa_db_run_begin(vsa_db *db, const vsa_run_info *info, int64_t *run_id)
     arg_text(info->driver_version), arg_text(info->runtime_version),
     arg_int(info->device_index),    arg_text(info->context),
     arg_text(info->cuda_visible_devices), arg_text(info->nvcc_flags),
-    arg_int(info->dirty),
+    arg_int(info->dirty),           arg_text(info->sweep_id),
+    arg_int(info->shard_index),     arg_int(info->shard_count),
+    arg_text(info->devices),
   };
   int nested;
   VSA_TRY(tx_begin(db, &nested));
@@ -677,7 +682,8 @@ vsa_db_result_add(vsa_db *db, const vsa_result_row *row,
     arg_real(row->rel_stddev), arg_text(row->mode),
     arg_text(row->point_hash), arg_text(row->samples_ms),
     arg_real(row->sm_clock_start_mhz), arg_real(row->sm_clock_end_mhz),
-    arg_int(row->throttled),
+    arg_int(row->throttled),  arg_int(row->gpu_index),
+    arg_text(row->gpu_name),  arg_text(row->gpu_uuid),
   };
   int nested;
   VSA_TRY(tx_begin(db, &nested));

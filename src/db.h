@@ -27,7 +27,7 @@
 #include <sqlite3.h>
 
 /* The schema version this build creates and understands. */
-#define VSA_DB_SCHEMA_VERSION 2
+#define VSA_DB_SCHEMA_VERSION 3
 
 /* An integer field holding this is stored as NULL (unknown). */
 #define VSA_DB_NULL INT64_MIN
@@ -53,6 +53,10 @@ typedef struct {
   const char *cuda_visible_devices; /* the environment variable (v2) */
   const char *nvcc_flags;      /* flags the kernels were built with (v2) */
   int64_t dirty;               /* 1: built from a dirty tree (v2) */
+  const char *sweep_id;        /* logical sweep shared by its shards (v3) */
+  int64_t shard_index;         /* --shard I/N: I in [0, N) (v3) */
+  int64_t shard_count;         /* --shard I/N: N (v3) */
+  const char *devices;         /* --devices: JSON [{index, name, uuid}] (v3) */
 } vsa_run_info;
 
 /* One measured configuration (table result). experiment and kernel are
@@ -82,6 +86,9 @@ typedef struct {
   const char *samples_ms;  /* raw samples as a JSON array, or NULL (v2) */
   double sm_clock_start_mhz, sm_clock_end_mhz; /* around the point (v2) */
   int64_t throttled;       /* 1: clocks dropped during the point (v2) */
+  int64_t gpu_index;       /* CUDA ordinal of the GPU on its host (v3) */
+  const char *gpu_name;    /* e.g. "NVIDIA H200" (v3) */
+  const char *gpu_uuid;    /* "GPU-xxxxxxxx-...", as nvidia-smi -L (v3) */
 } vsa_result_row;
 
 /* Error metrics of one output of a result (table result_error). */

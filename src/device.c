@@ -38,6 +38,11 @@ vsa_device_get_info(int device, vsa_device_info *o)
   memset(o, 0, sizeof *o);
   o->index = device;
   snprintf(o->name, sizeof o->name, "%s", p.name);
+  const unsigned char *u = (const unsigned char *)p.uuid.bytes;
+  snprintf(o->uuid, sizeof o->uuid,
+           "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+           u[12], u[13], u[14], u[15]);
   o->cc_major = p.major;
   o->cc_minor = p.minor;
   o->sm_count = p.multiProcessorCount;

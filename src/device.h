@@ -9,6 +9,7 @@
 typedef struct {
   int index;
   char name[256];
+  char uuid[48];          /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L */
   int cc_major, cc_minor;
   int sm_count;
   int driver_version;  /* e.g. 13000 for 13.0 */

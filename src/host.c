@@ -172,7 +172,10 @@ open_core(lua_State *L)
   vsa_lua_open_db(L);
   vsa_lua_open_gemm(L);
   vsa_lua_open_check(L);
+  vsa_lua_open_proc(L);
   vsa_lua_open_vsa_lists(L);
+  vsa_lua_open_plugin(L);
+  vsa_lua_open_npy(L);
   lua_pushstring(L, VSA_VERSION);
   lua_setfield(L, -2, "version");
   lua_pushstring(L, VSA_GIT_REV);
@@ -348,6 +351,22 @@ setup(lua_State *L)
   if (o->timing) {
     lua_pushstring(L, o->timing);
     lua_setfield(L, -2, "timing");
+  }
+  if (o->devices) {
+    lua_pushstring(L, o->devices);
+    lua_setfield(L, -2, "devices");
+  }
+  if (o->shard_count > 0) {
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, o->shard_index);
+    lua_setfield(L, -2, "index");
+    lua_pushinteger(L, o->shard_count);
+    lua_setfield(L, -2, "count");
+    lua_setfield(L, -2, "shard");
+  }
+  if (o->sweep_id) {
+    lua_pushstring(L, o->sweep_id);
+    lua_setfield(L, -2, "sweep_id");
   }
   if (o->point_timeout > 0) {
     lua_pushnumber(L, o->point_timeout);

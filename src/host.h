@@ -16,6 +16,10 @@ typedef struct {
   int device;           /* CUDA ordinal for new tensors */
   long long seed;       /* run seed, handed to scripts as vsalab.context.seed */
   int seed_given;       /* --seed was on the command line (--resume checks it) */
+  const char *devices;  /* --devices all|0,1,3: one worker per GPU (NULL: this process) */
+  int shard_index;      /* --shard I/N: run the I-th of N slices (shard_count 0: all) */
+  int shard_count;
+  const char *sweep_id; /* --sweep-id: the logical sweep this run belongs to */
   const char *script;   /* script path, or NULL */
   int argc;             /* script arguments */
   char **argv;

@@ -399,7 +399,8 @@ set_num(lua_State *L, const char *k, double v)
 }
 
 /* vsalab.device_info([n]) -> {name, cc, sm_count, driver, runtime,
- * sm_clock_mhz, mem_clock_mhz, memory_gib, l2_mib, smem_optin_kib, index} */
+ * sm_clock_mhz, mem_clock_mhz, memory_gib, l2_mib, smem_optin_kib, index,
+ * uuid} */
 static int
 l_device_info(lua_State *L)
 {
@@ -411,6 +412,7 @@ l_device_info(lua_State *L)
   lua_newtable(L);
   set_num(L, "index", d.index);
   set_str(L, "name", d.name);
+  set_str(L, "uuid", d.uuid);
   snprintf(buf, sizeof buf, "%d.%d", d.cc_major, d.cc_minor);
   set_str(L, "cc", buf);
   set_num(L, "cc_major", d.cc_major);

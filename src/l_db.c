@@ -68,7 +68,9 @@ static const field run_fields[] = {
   RUN(driver_version, F_TEXT), RUN(runtime_version, F_TEXT),
   RUN(device_index, F_INT),    RUN(context, F_TEXT),
   RUN(cuda_visible_devices, F_TEXT), RUN(nvcc_flags, F_TEXT),
-  RUN(dirty, F_FLAG),          {NULL, F_TEXT, 0},
+  RUN(dirty, F_FLAG),          RUN(sweep_id, F_TEXT),
+  RUN(shard_index, F_INT),     RUN(shard_count, F_INT),
+  RUN(devices, F_TEXT),        {NULL, F_TEXT, 0},
 };
 
 #define ROW(name, type) {#name, type, offsetof(vsa_result_row, name)}
@@ -84,6 +86,7 @@ static const field row_fields[] = {
   ROW(rel_stddev, F_REAL), ROW(mode, F_TEXT),     ROW(point_hash, F_TEXT),
   ROW(samples_ms, F_TEXT), ROW(sm_clock_start_mhz, F_REAL),
   ROW(sm_clock_end_mhz, F_REAL), ROW(throttled, F_FLAG),
+  ROW(gpu_index, F_INT), ROW(gpu_name, F_TEXT),   ROW(gpu_uuid, F_TEXT),
   {"errors", F_ERRORS, 0}, {NULL, F_TEXT, 0},
 };
 
@@ -644,4 +647,7 @@ vsa_lua_open_db(lua_State *L)
   lua_setfield(L, -2, "db_open");
   lua_pushcfunction(L, l_same_file);
   lua_setfield(L, -2, "same_file");
+  /* vsalab.db_schema_version: the schema version this build writes. */
+  lua_pushinteger(L, VSA_DB_SCHEMA_VERSION);
+  lua_setfield(L, -2, "db_schema_version");
 }

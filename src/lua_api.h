@@ -62,6 +62,9 @@ void vsa_lua_open_bench(lua_State *L);
 void vsa_lua_open_db(lua_State *L);
 void vsa_lua_open_gemm(lua_State *L);
 void vsa_lua_open_check(lua_State *L);
+void vsa_lua_open_proc(lua_State *L);
 void vsa_lua_open_vsa_lists(lua_State *L);
+void vsa_lua_open_plugin(lua_State *L);
+void vsa_lua_open_npy(lua_State *L);
 
 #endif

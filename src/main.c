@@ -31,11 +31,15 @@ static const char usage[] =
     "                                         speed and error verdicts per point of\n"
     "                                         two runs (ids, latest, latest~N, a\n"
     "                                         revision); exit 1 on SLOW/NEW FAIL/MISSING\n"
+    "                                         (RUN:KERNEL: one kernel, e.g. 7:sm90a 7:triton)\n"
     "  vsalab runs [--db PATH] [--format F] [--limit N]\n"
     "                                         list the latest N runs (50; F: table csv json markdown)\n"
     "  vsalab show [--db PATH] [--format F] RUN   a run's environment and rows\n"
     "  vsalab query [--db PATH] [--format F] \"SQL\" [values]   any read-only SQL\n"
     "  vsalab report [--db PATH] [-o FILE] [RUN...]  one self-contained HTML report\n"
+    "                                         (two RUN[:KERNEL] sides: a comparison first)\n"
+    "  vsalab merge OUT.db IN.db...           combine shard DBs into OUT (one transaction;\n"
+    "                                         a run already in OUT is skipped)\n"
     "  vsalab rerun [--db PATH] ROW           measure a result row's point again\n"
     "                                         with the same inputs (a new run)\n"
     "  vsalab --version                       print the version\n"
@@ -51,6 +55,11 @@ static const char usage[] =
     "  --point-timeout S  give up a sweep point after S seconds (row skipped)\n"
     "  --timing MODE hot (back-to-back, default), cold (L2 flushed before each\n"
     "                sample) or graph (CUDA-graph replay) for experiments\n"
+    "  --devices all|0,1,3  one worker process per GPU, sweep points to the\n"
+    "                first free one (longest first); one run row, rows name their GPU\n"
+    "  --shard I/N   only the I-th of N slices of the sweep (0 <= I < N), by point\n"
+    "                hash; 'slurm' takes them from SLURM_ARRAY_TASK_ID/_COUNT\n"
+    "  --sweep-id ID the logical sweep this run is a part of (shards share it)\n"
     "\n"
     "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
     "The `vsalab` module is loaded as a global; README.md documents its API.\n";
@@ -62,6 +71,83 @@ parse_long(const char *s, long long lo, long long *out)
   long long v = strtoll(s, &end, 10);
   if (!*s || *end || v < lo) return -1;
   *out = v;
+  return 0;
+}
+
+/* --devices all | N,N,...: distinct ordinals (resolved against the GPUs
+ * present by lua/vsalab/devices.lua). 0 or 2 after printing why. */
+static int
+parse_devices(const char *val)
+{
+  if (strcmp(val, "all") == 0) return 0;
+  char seen[1025] = {0};
+  const char *p = val;
+  for (;;) {
+    char *end;
+    long n = strtol(p, &end, 10);
+    if (end == p || n < 0 || n > 1024 || (*end && *end != ',') || *p == '-' || *p == '+') {
+      fprintf(stderr, "vsalab: --devices expects 'all' or GPU ordinals like 0,1,3, got '%s'\n", val);
+      return 2;
+    }
+    if (seen[n]++) {
+      fprintf(stderr, "vsalab: --devices lists GPU %ld twice in '%s'\n", n, val);
+      return 2;
+    }
+    if (!*end) return 0;
+    p = end + 1;
+  }
+}
+
+/* A non-negative decimal integer of at most 9 digits, or -1. */
+static long
+small_int(const char *s)
+{
+  if (!s || !*s || strlen(s) > 9 || strspn(s, "0123456789") != strlen(s)) return -1;
+  return strtol(s, NULL, 10);
+}
+
+/* --shard I/N (0 <= I < N) or --shard slurm: the array task's slice, from
+ * SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN and SLURM_ARRAY_TASK_COUNT. */
+static int
+parse_shard(const char *val, int *index, int *count)
+{
+  long i, n;
+  if (strcmp(val, "slurm") == 0) {
+    const char *id = getenv("SLURM_ARRAY_TASK_ID"), *cnt = getenv("SLURM_ARRAY_TASK_COUNT");
+    const char *min = getenv("SLURM_ARRAY_TASK_MIN");
+    if (!id || !cnt) {
+      fprintf(stderr, "vsalab: --shard slurm needs SLURM_ARRAY_TASK_ID and "
+              "SLURM_ARRAY_TASK_COUNT (run it as a task of a Slurm job array)\n");
+      return 2;
+    }
+    long lo = min ? small_int(min) : 0;
+    i = small_int(id);
+    n = small_int(cnt);
+    if (i < 0 || n < 1 || lo < 0 || i - lo < 0 || i - lo >= n) {
+      fprintf(stderr, "vsalab: --shard slurm: task %s of %s (min %s) is not a slice; the array"
+              " must be contiguous, e.g. --array=0-%ld\n", id, cnt, min ? min : "0",
+              n > 0 ? n - 1 : 0);
+      return 2;
+    }
+    i -= lo;
+  } else {
+    const char *slash = strchr(val, '/');
+    char head[16];
+    if (!slash || (size_t)(slash - val) >= sizeof head) i = -1;
+    else {
+      memcpy(head, val, (size_t)(slash - val));
+      head[slash - val] = 0;
+      i = small_int(head);
+    }
+    n = slash ? small_int(slash + 1) : -1;
+    if (i < 0 || n < 1 || i >= n || n > 100000) {
+      fprintf(stderr, "vsalab: --shard expects I/N with 0 <= I < N <= 100000 (or 'slurm'),"
+              " got '%s'\n", val);
+      return 2;
+    }
+  }
+  *index = (int)i;
+  *count = (int)n;
   return 0;
 }
 
@@ -80,7 +166,8 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi)
     }
     if (strcmp(opt, "--db") && strcmp(opt, "--device") && strcmp(opt, "--seed") &&
         strcmp(opt, "--context") && strcmp(opt, "--resume") &&
-        strcmp(opt, "--point-timeout") && strcmp(opt, "--timing")) {
+        strcmp(opt, "--point-timeout") && strcmp(opt, "--timing") &&
+        strcmp(opt, "--devices") && strcmp(opt, "--shard") && strcmp(opt, "--sweep-id")) {
       fprintf(stderr, "vsalab: unknown option %s (see vsalab help)\n", opt);
       return 2;
     }
@@ -110,6 +197,18 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi)
         return 2;
       }
       o.timing = val;
+    } else if (strcmp(opt, "--devices") == 0) {
+      if (parse_devices(val) != 0) return 2;
+      o.devices = val;
+    } else if (strcmp(opt, "--shard") == 0) {
+      if (parse_shard(val, &o.shard_index, &o.shard_count) != 0) return 2;
+    } else if (strcmp(opt, "--sweep-id") == 0) {
+      if (!*val || strlen(val) > 200 || strpbrk(val, " \t\n\r/'\"")) {
+        fprintf(stderr, "vsalab: --sweep-id expects a name without spaces, quotes or '/'"
+                " (at most 200 characters), got '%s'\n", val);
+        return 2;
+      }
+      o.sweep_id = val;
     } else if (strcmp(opt, "--context") == 0) {
       if (!strchr(val, '=') || val[0] == '=' || o.ncontext >= VSA_MAX_CONTEXT) {
         fprintf(stderr, "vsalab: --context expects key=value (at most %d), got '%s'\n",
@@ -163,9 +262,16 @@ cmd_run(int argc, char **argv)
   o.script = argv[i];
   o.argc = argc - i - 1;
   o.argv = argv + i + 1;
+  if (o.devices && o.resume) {
+    fprintf(stderr, "vsalab: --devices does not take --resume (resume on one GPU with --device)\n");
+    return 2;
+  }
   lua_State *L = vsa_host_new(&o);
   if (!L) return 1;
-  rc = vsa_host_run_script(L, &o);
+  /* --devices: this process coordinates one worker process per GPU, each
+   * a `vsalab run` of the same command line (lua/vsalab/devices.lua). */
+  if (o.devices) rc = vsa_host_run_module(L, "vsalab.devices", argc, argv);
+  else rc = vsa_host_run_script(L, &o);
   lua_close(L);
   return rc;
 }
@@ -178,6 +284,10 @@ cmd_repl(int argc, char **argv)
   int i = 0;
   int rc = parse_options(argc, argv, &o, &i);
   if (rc) return rc;
+  if (o.devices || o.shard_count || o.sweep_id) {
+    fprintf(stderr, "vsalab: --devices, --shard and --sweep-id are options of run, not repl\n");
+    return 2;
+  }
   if (i < argc && strcmp(argv[i], "-i") != 0) {
     fprintf(stderr, "vsalab: repl takes options and -i SCRIPT [args] (see vsalab help)\n");
     return 2;
@@ -214,6 +324,7 @@ static const lua_command lua_commands[] = {
     {"runs", "vsalab.query", 1, 0},      {"show", "vsalab.query", 1, 0},
     {"query", "vsalab.query", 1, 0},     {"report", "vsalab.htmlreport", 0, 0},
     {"compare", "vsalab.compare", 0, 0}, {"rerun", "vsalab.rerun", 0, 1},
+    {"merge", "vsalab.merge", 0, 0},
     {NULL, NULL, 0, 0}};
 
 static int

@@ -145,6 +145,14 @@ named_sync(int id, int count)
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+/* The same without .aligned: the threads of a warp may arrive apart (after
+ * per-lane spin waits on mbarriers or flags), which bar.sync forbids. */
+__device__ __forceinline__ void
+named_sync_any(int id, int count)
+{
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 template <int N>
 __device__ __forceinline__ void
 setmaxnreg_inc()

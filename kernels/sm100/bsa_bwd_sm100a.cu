@@ -111,8 +111,7 @@ enum { // mbarriers, 8 bytes each from OFF_BAR
   B_DQ_FREE, B_ACC_FULL, B_ACC_FREE, B_SCHED_FULL, B_SCHED_EMPTY = B_SCHED_FULL + 2,
   B_COUNT = B_SCHED_EMPTY + 2
 };
-constexpr uint32_t OFF_SCHED = OFF_BAR + 8 * B_COUNT; // 2 x {ticket, valid entries}
-constexpr uint32_t OFF_TMEM_SLOT = OFF_SCHED + 16;
+constexpr uint32_t OFF_TMEM_SLOT = OFF_BAR + 8 * B_COUNT;
 static_assert(OFF_TMEM_SLOT + 4 <= OFF_BAR + 1024, "barrier area");
 constexpr int SCHED_READERS = 9; // softmax + drain warps, the MMA warp
 
@@ -128,6 +127,7 @@ struct params {
   float sm_scale, scale_log2;
   float *dq_accum; // fp32 or int32 (deterministic) accumulator, quarter layout
   int *ticket;     // zeroed by the preprocess
+  int64_t *sched;  // per CTA, 2 slots: the scheduler's items ((ticket << 24) | entries, -1: done)
   float *kv_acc;   // q chunking: dK/dV partials
   int *kv_sem;
   __nv_bfloat16 *dk, *dv;
@@ -205,18 +205,15 @@ count_valid(const item_list &l)
   return n;
 }
 
-/* A reader's copy of the scheduler's k-th item: called by a whole warp, or
- * (one_lane) by one thread for its warp. */
+/* A reader's copy of the scheduler's k-th item (a whole warp calls it). */
 __device__ __forceinline__ bool
-read_item(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t k, item &it,
-          bool one_lane = false)
+read_item(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t k, item &it)
 {
   const int s = k & 1;
   mbar_wait(bar_addr(base, B_SCHED_FULL + s), ph(k >> 1));
-  const int64_t *slot = reinterpret_cast<const int64_t *>(base_ptr + OFF_SCHED) + s;
-  const int64_t v = *reinterpret_cast<const volatile int64_t *>(slot);
-  if (!one_lane) __syncwarp();
-  if (one_lane || (threadIdx.x & 31) == 0) mbar_arrive(bar_addr(base, B_SCHED_EMPTY + s));
+  const int64_t v = *(reinterpret_cast<volatile int64_t *>(p.sched) + 2 * blockIdx.x + s);
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0) mbar_arrive(bar_addr(base, B_SCHED_EMPTY + s));
   if (v < 0) return false;
   it = decode_item(p, v >> 24, (int)(v & 0xFFFFFF));
   return true;
@@ -245,8 +242,10 @@ producer(const params &p, uint32_t base, unsigned char *base_ptr)
       it.valid = valid;
     }
     if (lead) {
-      int64_t *slot = reinterpret_cast<int64_t *>(base_ptr + OFF_SCHED) + s;
-      *reinterpret_cast<volatile int64_t *>(slot) = t < p.tickets ? (t << 24) | valid : -1;
+      // The slot is global memory, ordered by the mbarrier like shared memory
+      // would be, but outside what compute-sanitizer racecheck tracks.
+      *(reinterpret_cast<volatile int64_t *>(p.sched) + 2 * blockIdx.x + s) =
+          t < p.tickets ? (t << 24) | valid : -1;
       mbar_arrive(bar_addr(base, B_SCHED_FULL + s));
     }
     if (t >= p.tickets) return;
@@ -293,16 +292,18 @@ producer(const params &p, uint32_t base, unsigned char *base_ptr)
   }
 }
 
-/* warp 9, lane 0: every MMA and commit. */
+/* warp 9: every MMA and commit, issued by lane 0; the whole warp follows
+ * the waits, so the warp stays converged for its barriers. */
 __device__ __forceinline__ void
 mma_issuer(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
 {
+  const bool lead = (threadIdx.x & 31) == 0;
   const uint32_t id_s = vsa_umma_idesc_bf16(128, 64, 0, 0);   // S, dP
   const uint32_t id_kv = vsa_umma_idesc_bf16(128, 64, 1, 1);  // dV^T, dK^T
   const uint32_t id_q = vsa_umma_idesc_bf16(128, 128, 0, 1);  // dQ (A from TMEM)
   uint32_t gs = 0, kc = 0;
   item it;
-  for (uint32_t k = 0; read_item(p, base, base_ptr, k, it, true); k++) {
+  for (uint32_t k = 0; read_item(p, base, base_ptr, k, it); k++) {
     const int steps = (it.valid + 1) >> 1;
     if (steps == 0) continue;
     mbar_wait(bar_addr(base, B_KV_READY), ph(kc));
@@ -313,6 +314,7 @@ mma_issuer(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tme
       const uint32_t st = base + OFF_RING + (g & 1) * SLOT;
       const uint32_t a0 = dp ? st + PAIR : st, b0 = base + (dp ? OFF_V : OFF_K);
       const uint32_t d = tmem + (dp ? T_DP : T_S + 64 * (g & 1));
+      if (!lead) return;
 #pragma unroll
       for (int kk = 0; kk < 8; kk++) {
         const uint32_t ka = (kk >> 2) * PAIR_HALF + (kk & 3) * 32;
@@ -334,29 +336,35 @@ mma_issuer(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tme
       mbar_wait(bar_addr(base, B_DS_READY), ph(gs));
       tc05::fence_after();
       const uint32_t st = base + OFF_RING + (gs & 1) * SLOT;
-      // MN-major A (M = d): LBO = PAIR_HALF; K steps of 16 q rows = 2 KB.
+      if (lead) {
+        // MN-major A (M = d): LBO = PAIR_HALF; K steps of 16 q rows = 2 KB.
 #pragma unroll
-      for (int kk = 0; kk < 8; kk++) // dV^T += dO2^T P, K = the step's 128 q rows
-        tc05::mma_ss(tmem + T_DV, desc(st + PAIR + kk * 2048, PAIR_HALF),
-                     desc(base + OFF_P + kk * 2048, 2 * REGION), id_kv, n > 0 || kk > 0);
+        for (int kk = 0; kk < 8; kk++) // dV^T += dO2^T P, K = the step's 128 q rows
+          tc05::mma_ss(tmem + T_DV, desc(st + PAIR + kk * 2048, PAIR_HALF),
+                       desc(base + OFF_P + kk * 2048, 2 * REGION), id_kv, n > 0 || kk > 0);
 #pragma unroll
-      for (int kk = 0; kk < 8; kk++) // dK^T += Q2^T dS
-        tc05::mma_ss(tmem + T_DK, desc(st + kk * 2048, PAIR_HALF),
-                     desc(base + OFF_DS + kk * 2048, 2 * REGION), id_kv, n > 0 || kk > 0);
-      tc05::commit(bar_addr(base, B_EMPTY + (gs & 1))); // Q2/dO2 slot free
-      tc05::commit(bar_addr(base, B_PDS_FREE));         // P/dS tiles free
-      if (n + 1 < steps) issue_s(gs + 1, true);         // dP read by softmax(gs)
+        for (int kk = 0; kk < 8; kk++) // dK^T += Q2^T dS
+          tc05::mma_ss(tmem + T_DK, desc(st + kk * 2048, PAIR_HALF),
+                       desc(base + OFF_DS + kk * 2048, 2 * REGION), id_kv, n > 0 || kk > 0);
+        tc05::commit(bar_addr(base, B_EMPTY + (gs & 1))); // Q2/dO2 slot free
+        tc05::commit(bar_addr(base, B_PDS_FREE));         // P/dS tiles free
+      }
+      if (n + 1 < steps) issue_s(gs + 1, true);           // dP read by softmax(gs)
       mbar_wait(bar_addr(base, B_DQ_FREE), ph_free(gs));
       tc05::fence_after();
+      if (lead) {
 #pragma unroll
-      for (int kk = 0; kk < 4; kk++) // dQ2 = dS K, K = 64 kv rows, 16 a step
-        tc05::mma_ts(tmem + T_DQ, tmem + T_DS + 32 * (gs & 1) + 8 * kk,
-                     desc(base + OFF_K + kk * 2048, REGION), id_q, kk > 0);
-      tc05::commit(bar_addr(base, B_DQ_FULL));
-      tc05::commit(bar_addr(base, B_DS_FREE + (gs & 1)));
+        for (int kk = 0; kk < 4; kk++) // dQ2 = dS K, K = 64 kv rows, 16 a step
+          tc05::mma_ts(tmem + T_DQ, tmem + T_DS + 32 * (gs & 1) + 8 * kk,
+                       desc(base + OFF_K + kk * 2048, REGION), id_q, kk > 0);
+        tc05::commit(bar_addr(base, B_DQ_FULL));
+        tc05::commit(bar_addr(base, B_DS_FREE + (gs & 1)));
+      }
     }
-    tc05::commit(bar_addr(base, B_ACC_FULL));
-    tc05::commit(bar_addr(base, B_KV_FREE));
+    if (lead) {
+      tc05::commit(bar_addr(base, B_ACC_FULL));
+      tc05::commit(bar_addr(base, B_KV_FREE));
+    }
     kc++;
   }
 }
@@ -479,7 +487,7 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
         }
         fence_proxy_async();
       }
-      named_sync(BAR_DRAIN, 128);
+      named_sync_any(BAR_DRAIN, 128);
       if (r == 0) mbar_arrive(bar_addr(base, B_KV_READY));
     }
     int e = it.l.next(0);
@@ -519,7 +527,7 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
     float4 *part = reinterpret_cast<float4 *>(p.kv_acc + kv_row0 * (2 * D)) + r;
     if (take) {
       if (r == 0) wait_turn(sem, it.c);
-      named_sync(BAR_DRAIN, 128);
+      named_sync_any(BAR_DRAIN, 128);
       __threadfence();
     }
     if (steps > 0) {
@@ -561,7 +569,7 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
     }
     if (pass) {
       __threadfence();
-      named_sync(BAR_DRAIN, 128);
+      named_sync_any(BAR_DRAIN, 128);
       if (r == 0) red_release_add(sem, 1);
     }
   }
@@ -620,9 +628,8 @@ bwd_kernel(const __grid_constant__ params p)
     } else if (warp == W_LOAD) {
       producer(p, base, base_ptr);
     } else if (warp == W_MMA) {
-      if ((threadIdx.x & 31) == 0) mma_issuer(p, base, base_ptr, tmem);
-      __syncwarp();
-      named_sync(BAR_END, 288); // every tensor-memory read is done
+      mma_issuer(p, base, base_ptr, tmem);
+      named_sync_any(BAR_END, 288); // every tensor-memory read is done
       if ((threadIdx.x & 31) == 0) tc05::emu_stop();
       tc05::fence_after();
       tc05::tmem_dealloc(tmem, T_COLS);
@@ -633,7 +640,7 @@ bwd_kernel(const __grid_constant__ params p)
   if (warp < 4) softmax(p, base, base_ptr, tmem);
   else drain<FIXED>(p, base, base_ptr, tmem);
   tc05::fence_before();
-  named_sync(BAR_END, 288);
+  named_sync_any(BAR_END, 288);
 #endif
 }
 
@@ -644,10 +651,11 @@ bwd_kernel(const __grid_constant__ params p)
 
 /* Scratch map: dQ accumulator (rows x D x 4 B), Delta (rows), row
  * exponents (rows) and K/V statistics (deterministic), the ticket (8 B) and the q-chunk
- * counters (kv_rows / 64), the work order (kv_rows / 64), then, 256-byte
+ * counters (kv_rows / 64), the work order (kv_rows / 64), the scheduler
+ * slots (16 B a CTA), then, 256-byte
  * aligned, the dK/dV partials (q chunking) and the emulated tensor memory. */
 struct scratch_map {
-  size_t delta, row_exp, kv_stats, ticket, order, kv_acc, emu, total;
+  size_t delta, row_exp, kv_stats, ticket, order, sched, kv_acc, emu, total;
 };
 
 static scratch_map
@@ -662,9 +670,10 @@ map_scratch(const vsa_shape *s, int q_chunk, int ctas)
   m.kv_stats = carve((size_t)s->B * s->H * 8);
   m.ticket = carve(8 + (size_t)(kv_rows / BLK) * 4);
   m.order = carve((size_t)(kv_rows / BLK) * 4);
+  m.sched = carve((size_t)ctas * 16);
   const bool chunked = vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) > 1;
   m.kv_acc = carve(chunked ? (size_t)kv_rows * 2 * D * 4 : 0);
-  m.emu = carve(tc05::emulated ? (size_t)ctas * 128 * 512 * 4 : 0);
+  m.emu = carve((size_t)ctas * tc05::EMU_CTA_BYTES);
   m.total = at;
   return m;
 }
@@ -767,6 +776,7 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
   p.scale_log2 = s->sm_scale * 1.4426950408889634f;
   p.dq_accum = pp.dq_accum;
   p.ticket = pp.zero_b;
+  p.sched = reinterpret_cast<int64_t *>(ws + m.sched);
   p.kv_acc = reinterpret_cast<float *>(ws + m.kv_acc);
   p.kv_sem = pp.zero_b + 2;
   p.dk = reinterpret_cast<__nv_bfloat16 *>(d_dk);

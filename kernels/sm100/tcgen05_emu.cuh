@@ -6,12 +6,13 @@
  *  - Tensor memory is global memory: 128 lanes x 512 columns of 32-bit
  *    words per CTA (emu_params.tmem, gridDim.x · 256 KB), lane-major.
  *  - tcgen05.mma and tcgen05.commit are queued, in issue order, in a ring
- *    in shared memory. Two emulator warps (emu_run) execute them in
+ *    in global memory. Two emulator warps (emu_run) execute them in
  *    order: they decode the shared-memory descriptors (umma_desc.h) into
- *    element addresses, loads fragments with ldmatrix and multiplies with
- *    mma.sync (bf16 in, fp32 accumulate), reading and writing the tensor
- *    memory words; a commit arrives on the kernel's real mbarrier once
- *    every earlier MMA is done. So every pipeline wait of the kernel is
+ *    element addresses, copy the operands out of shared memory with the
+ *    bulk-copy engine (the async proxy, as the tensor cores read them),
+ *    multiply with mma.sync (bf16 in, fp32 accumulate) and read and write
+ *    the tensor-memory words; a commit arrives on the kernel's real
+ *    mbarrier once every earlier MMA is done. So every pipeline wait of the kernel is
  *    real, and an operand overwritten before its MMA ran shows up as a
  *    wrong result.
  *  - tcgen05.ld/st check the lane-quarter rule (warp w reaches lanes
@@ -41,7 +42,7 @@ constexpr int EMU_BARRIER = 15;     // named barrier of the two emulator warps
 constexpr int EMU_THREADS = 64;
 
 struct emu_params {
-  void *tmem;  // gridDim.x * 128 * 512 words
+  void *tmem;  // gridDim.x * EMU_CTA_BYTES
 };
 
 enum emu_op : uint32_t { EMU_MMA_SS = 1, EMU_MMA_TS = 2, EMU_COMMIT = 3, EMU_EXIT = 4 };
@@ -51,11 +52,24 @@ struct emu_cmd {
   uint32_t op, d, idesc, accumulate, mbar, pad;
 };
 
+/* Per CTA in global memory: tensor memory (lane-major words), the command
+ * ring and its head/tail counters, and the staging of one MMA's operands.
+ * Nothing the emulation shares between its threads lives in shared memory
+ * unless a barrier orders it, so compute-sanitizer racecheck sees only the
+ * kernel's own shared-memory traffic. */
+constexpr size_t EMU_TMEM_BYTES = (size_t)EMU_LANES * EMU_COLS * 4;
+constexpr size_t EMU_RING_BYTES = EMU_QUEUE * sizeof(emu_cmd);
+constexpr size_t EMU_STAGE_BYTES = 4096; // 256 16-byte chunks: an M = 128 or N <= 128, K = 16 operand
+constexpr size_t EMU_CTA_BYTES = EMU_TMEM_BYTES + EMU_RING_BYTES + 256 + 2 * EMU_STAGE_BYTES;
+
 struct emu_ctx {
   uint32_t *tmem;
-  volatile uint32_t head, tail, avail;
+  emu_cmd *q;
+  volatile uint32_t *ht; // ht[0] head (emulator), ht[1] tail (issuer)
+  uint4 *stage_a, *stage_b;
+  uint32_t tail;         // the issuer's own copy
+  uint32_t avail;        // written by the emulator's thread 0 between its barriers
   uint32_t alloc_cols;
-  emu_cmd q[EMU_QUEUE];
 };
 
 constexpr size_t emu_smem_bytes = sizeof(emu_ctx);
@@ -88,9 +102,16 @@ __device__ __forceinline__ void
 emu_init(const emu_params &p)
 {
   emu_ctx &c = ctx();
-  c.tmem = static_cast<uint32_t *>(p.tmem) + (size_t)blockIdx.x * EMU_LANES * EMU_COLS;
-  c.head = c.tail = c.avail = 0;
+  char *g = static_cast<char *>(p.tmem) + (size_t)blockIdx.x * EMU_CTA_BYTES;
+  c.tmem = reinterpret_cast<uint32_t *>(g);
+  c.q = reinterpret_cast<emu_cmd *>(g + EMU_TMEM_BYTES);
+  c.ht = reinterpret_cast<volatile uint32_t *>(g + EMU_TMEM_BYTES + EMU_RING_BYTES);
+  c.stage_a = reinterpret_cast<uint4 *>(g + EMU_TMEM_BYTES + EMU_RING_BYTES + 256);
+  c.stage_b = c.stage_a + EMU_STAGE_BYTES / 16;
+  c.ht[0] = c.ht[1] = 0;
+  c.tail = c.avail = 0;
   c.alloc_cols = 0;
+  __threadfence_block();
 }
 
 __device__ __forceinline__ void
@@ -110,11 +131,8 @@ __device__ __forceinline__ void tmem_relinquish() {}
 __device__ __forceinline__ void
 tmem_dealloc(uint32_t taddr, uint32_t ncols)
 {
-  if ((threadIdx.x & 31) == 0) {
-    emu_ctx &c = ctx();
-    emu_check((taddr >> 16) == 0 && (taddr & 0xFFFF) + ncols == c.alloc_cols);
-    c.alloc_cols -= ncols;
-  }
+  if ((threadIdx.x & 31) == 0) // checked only: the kernel allocates once
+    emu_check((taddr >> 16) == 0 && (taddr & 0xFFFF) + ncols == ctx().alloc_cols);
   __syncwarp();
 }
 
@@ -124,9 +142,10 @@ push(const emu_cmd &cmd)
 {
   emu_ctx &c = ctx();
   const uint32_t t = c.tail;
-  for (long long spin = 0; t - c.head >= (uint32_t)EMU_QUEUE; spin++) emu_check(spin < (1ll << 32));
+  for (long long spin = 0; t - c.ht[0] >= (uint32_t)EMU_QUEUE; spin++) emu_check(spin < (1ll << 32));
   c.q[t % EMU_QUEUE] = cmd;
   __threadfence_block();
+  c.ht[1] = t + 1;
   c.tail = t + 1;
 }
 
@@ -206,18 +225,25 @@ st_32x32b(uint32_t taddr, const uint32_t (&r)[N])
 __device__ __forceinline__ void
 emu_sync()
 {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(EMU_BARRIER), "n"(EMU_THREADS) : "memory");
+  // barrier.sync (not bar.sync): thread 0 arrives after spinning alone.
+  asm volatile("barrier.sync %0, %1;\n" ::"n"(EMU_BARRIER), "n"(EMU_THREADS) : "memory");
 }
 
-__device__ __forceinline__ void
-ldsm_x4(uint32_t addr, uint32_t (&r)[4], bool trans)
+/* A queued command, read past the L1 (the issuer wrote it). */
+__device__ __forceinline__ emu_cmd
+load_cmd(uint32_t i)
 {
-  if (trans)
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-  else
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+  const emu_cmd *q = ctx().q + i % EMU_QUEUE;
+  emu_cmd c;
+  c.a = __ldcg(&q->a);
+  c.b = __ldcg(&q->b);
+  c.op = __ldcg(&q->op);
+  c.d = __ldcg(&q->d);
+  c.idesc = __ldcg(&q->idesc);
+  c.accumulate = __ldcg(&q->accumulate);
+  c.mbar = __ldcg(&q->mbar);
+  c.pad = 0;
+  return c;
 }
 
 __device__ __forceinline__ void
@@ -241,104 +267,130 @@ smem_fields(uint64_t desc)
   return f;
 }
 
-/* A fragments (m16n8k16, row-major A) of rows mb..mb+15, K 0..15. */
+/* Copy an operand of `rows` (M or N) x K = 16 out of shared memory into
+ * dst, as 16-byte chunks by the bulk-copy engine: shared memory is read by
+ * the async proxy, as the tensor cores read it (so a writer's missing
+ * fence.proxy.async is as wrong here as on hardware). Chunk order: K-major,
+ * row r's K halves at 2r, 2r+1; MN-major, K index k's M groups of 8 at
+ * k·rows/8 + g. */
 __device__ __forceinline__ void
-load_a(const emu_cmd &cmd, const vsa_umma_smem_fields &fa, bool a_mn, uint32_t mb,
-       uint32_t (&a)[4])
+stage_operand(const vsa_umma_smem_fields &f, bool mn, uint32_t rows, uint4 *dst)
 {
-  const int lane = threadIdx.x & 31, mat = lane >> 3, r = lane & 7;
+  const uint32_t groups = rows / 8;
+  for (uint32_t x = threadIdx.x & 63; x < 2 * rows; x += EMU_THREADS) {
+    const uint32_t src = mn ? vsa_umma_element_addr(&f, 1, 8 * (x % groups), x / groups)
+                            : vsa_umma_element_addr(&f, 0, x / 2, 8 * (x % 2));
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], 16;\n"
+                 ::"l"(dst + x), "r"(src) : "memory");
+  }
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+/* Element (r, k) (r along M or N) of a staged operand, as 16 bits. */
+__device__ __forceinline__ uint32_t
+staged(const uint4 *st, bool mn, uint32_t rows, uint32_t r, uint32_t k)
+{
+  const uint16_t *h = reinterpret_cast<const uint16_t *>(st);
+  return mn ? __ldcg(h + (k * (rows / 8) + r / 8) * 8 + r % 8) : __ldcg(h + (r * 2 + k / 8) * 8 + k % 8);
+}
+
+/* Two K-consecutive elements (k even) packed as the mma.sync fragments want. */
+__device__ __forceinline__ uint32_t
+pair(const uint4 *st, bool mn, uint32_t rows, uint32_t r, uint32_t k)
+{
+  if (!mn) return __ldcg(reinterpret_cast<const uint32_t *>(st) + (r * 2 + k / 8) * 4 + (k % 8) / 2);
+  return staged(st, mn, rows, r, k) | (staged(st, mn, rows, r, k + 1) << 16);
+}
+
+/* A fragments (m16n8k16, row-major A) of rows mb..mb+15. */
+__device__ __forceinline__ void
+load_a(const emu_cmd &cmd, bool a_mn, uint32_t mb, uint32_t (&a)[4])
+{
+  const uint32_t lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   if (cmd.op == EMU_MMA_TS) {
     const uint32_t lane0 = (uint32_t)(cmd.a >> 16), col0 = (uint32_t)cmd.a & 0xFFFF;
-    const uint32_t g = lane >> 2, q = lane & 3;
     a[0] = __ldcg(word(lane0 + mb + g, col0 + q));
     a[1] = __ldcg(word(lane0 + mb + g + 8, col0 + q));
     a[2] = __ldcg(word(lane0 + mb + g, col0 + 4 + q));
     a[3] = __ldcg(word(lane0 + mb + g + 8, col0 + 4 + q));
     return;
   }
-  uint32_t addr;
-  if (!a_mn) // row m of the 8x8 matrix: 8 K elements
-    addr = vsa_umma_element_addr(&fa, 0, mb + r + 8 * (mat & 1), 8 * (mat >> 1));
-  else       // row k of the 8x8 matrix: 8 M elements, transposed on load
-    addr = vsa_umma_element_addr(&fa, 1, mb + 8 * (mat & 1), 8 * (mat >> 1) + r);
-  ldsm_x4(addr, a, a_mn);
+  const uint4 *st = ctx().stage_a;
+  a[0] = pair(st, a_mn, 128, mb + g, 2 * q);
+  a[1] = pair(st, a_mn, 128, mb + g + 8, 2 * q);
+  a[2] = pair(st, a_mn, 128, mb + g, 2 * q + 8);
+  a[3] = pair(st, a_mn, 128, mb + g + 8, 2 * q + 8);
 }
 
-/* B fragments of the n8 tiles nb and nb+8 (b[0], b[1]: tile nb; b[2], b[3]:
- * tile nb+8), K 0..15. */
-__device__ __forceinline__ void
-load_b(const vsa_umma_smem_fields &fb, bool b_mn, uint32_t nb, uint32_t (&b)[4])
-{
-  const int lane = threadIdx.x & 31, mat = lane >> 3, r = lane & 7;
-  uint32_t addr;
-  if (!b_mn)
-    addr = vsa_umma_element_addr(&fb, 0, nb + r + 8 * (mat >> 1), 8 * (mat & 1));
-  else
-    addr = vsa_umma_element_addr(&fb, 1, nb + 8 * (mat >> 1), 8 * (mat & 1) + r);
-  ldsm_x4(addr, b, b_mn);
-}
-
-/* Execute q[first .. first+n) (MMAs into one D with one instruction
- * descriptor, all but the first accumulating) with the 64 emulator
- * threads: warp ew owns rows 64·ew .. +63, 32 columns of D at a time. */
+/* Execute commands first .. first+n-1 (MMAs into one D with one
+ * instruction descriptor, all but the first accumulating) with the 64
+ * emulator threads: warp ew owns rows 64·ew .. +63, 32 columns of D at a
+ * time. */
 __device__ __noinline__ void
 exec_run(uint32_t first, uint32_t n)
 {
   emu_ctx &c = ctx();
-  const emu_cmd &c0 = c.q[first % EMU_QUEUE];
+  const emu_cmd c0 = load_cmd(first);
   const vsa_umma_idesc_fields id = vsa_umma_idesc_decode(c0.idesc);
-  emu_check(id.m == 128 && id.n % 32 == 0 && id.n <= 256 && id.d_format == 1 &&
+  emu_check(id.m == 128 && id.n % 32 == 0 && id.n <= 128 && id.d_format == 1 &&
             id.a_format == 1 && id.b_format == 1 && !id.a_negate && !id.b_negate &&
             id.other == 0);
   const uint32_t d_lane = c0.d >> 16, d_col = c0.d & 0xFFFF;
   emu_check(d_lane == 0 && d_col + id.n <= c.alloc_cols);
   const int ew = (threadIdx.x >> 5) & 1, lane = threadIdx.x & 31;
   const uint32_t g = lane >> 2, q = lane & 3;
-  for (uint32_t nc = 0; nc < id.n; nc += 32) {
-    float acc[4][4][4];
+  for (uint32_t x = 0; x < n; x++) {
+    const emu_cmd cmd = load_cmd(first + x);
+    // The operands, through the async proxy into global staging.
+    if (cmd.op == EMU_MMA_SS) stage_operand(smem_fields(cmd.a), id.a_mn, 128, c.stage_a);
+    else emu_check((cmd.a >> 16) == 0 && (cmd.a & 0xFFFF) + 8 <= c.alloc_cols);
+    stage_operand(smem_fields(cmd.b), id.b_mn, id.n, c.stage_b);
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    __threadfence_block();
+    emu_sync();
+    for (uint32_t nc = 0; nc < id.n; nc += 32) {
+      float acc[4][4][4];
 #pragma unroll
-    for (int mt = 0; mt < 4; mt++)
+      for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+          const uint32_t m = 64 * ew + 16 * mt + g, col = d_col + nc + 8 * nt + 2 * q;
+          if (x > 0 || c0.accumulate) {
+            acc[mt][nt][0] = __uint_as_float(__ldcg(word(m, col)));
+            acc[mt][nt][1] = __uint_as_float(__ldcg(word(m, col + 1)));
+            acc[mt][nt][2] = __uint_as_float(__ldcg(word(m + 8, col)));
+            acc[mt][nt][3] = __uint_as_float(__ldcg(word(m + 8, col + 1)));
+          } else {
+            acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+          }
+        }
+      uint32_t b[4][2]; // n8 tiles nc .. nc+31: (k 2q, k 2q+8) of column n = g
 #pragma unroll
       for (int nt = 0; nt < 4; nt++) {
-        const uint32_t m = 64 * ew + 16 * mt + g, col = d_col + nc + 8 * nt + 2 * q;
-        if (c0.accumulate) {
-          acc[mt][nt][0] = __uint_as_float(__ldcg(word(m, col)));
-          acc[mt][nt][1] = __uint_as_float(__ldcg(word(m, col + 1)));
-          acc[mt][nt][2] = __uint_as_float(__ldcg(word(m + 8, col)));
-          acc[mt][nt][3] = __uint_as_float(__ldcg(word(m + 8, col + 1)));
-        } else {
-          acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
-        }
+        b[nt][0] = pair(c.stage_b, id.b_mn, id.n, nc + 8 * nt + g, 2 * q);
+        b[nt][1] = pair(c.stage_b, id.b_mn, id.n, nc + 8 * nt + g, 2 * q + 8);
       }
-    for (uint32_t x = 0; x < n; x++) {
-      const emu_cmd &cmd = c.q[(first + x) % EMU_QUEUE];
-      vsa_umma_smem_fields fa = {}, fb = smem_fields(cmd.b);
-      if (cmd.op == EMU_MMA_SS) fa = smem_fields(cmd.a);
-      else emu_check((cmd.a >> 16) == 0 && (cmd.a & 0xFFFF) + 8 <= c.alloc_cols);
-      uint32_t b[2][4];
-      load_b(fb, id.b_mn, nc, b[0]);
-      load_b(fb, id.b_mn, nc + 16, b[1]);
 #pragma unroll
       for (int mt = 0; mt < 4; mt++) {
         uint32_t a[4];
-        load_a(cmd, fa, id.a_mn, 64 * ew + 16 * mt, a);
+        load_a(cmd, id.a_mn, 64 * ew + 16 * mt, a);
 #pragma unroll
-        for (int np = 0; np < 2; np++) {
-          mma16816(acc[mt][2 * np], a, b[np][0], b[np][1]);
-          mma16816(acc[mt][2 * np + 1], a, b[np][2], b[np][3]);
+        for (int nt = 0; nt < 4; nt++) mma16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
+      }
+#pragma unroll
+      for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+          const uint32_t m = 64 * ew + 16 * mt + g, col = d_col + nc + 8 * nt + 2 * q;
+          __stcg(word(m, col), __float_as_uint(acc[mt][nt][0]));
+          __stcg(word(m, col + 1), __float_as_uint(acc[mt][nt][1]));
+          __stcg(word(m + 8, col), __float_as_uint(acc[mt][nt][2]));
+          __stcg(word(m + 8, col + 1), __float_as_uint(acc[mt][nt][3]));
         }
-      }
     }
-#pragma unroll
-    for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-      for (int nt = 0; nt < 4; nt++) {
-        const uint32_t m = 64 * ew + 16 * mt + g, col = d_col + nc + 8 * nt + 2 * q;
-        __stcg(word(m, col), __float_as_uint(acc[mt][nt][0]));
-        __stcg(word(m, col + 1), __float_as_uint(acc[mt][nt][1]));
-        __stcg(word(m + 8, col), __float_as_uint(acc[mt][nt][2]));
-        __stcg(word(m + 8, col + 1), __float_as_uint(acc[mt][nt][3]));
-      }
+    __threadfence_block();
+    emu_sync(); // D written, staging read: the next command may reuse both
   }
 }
 
@@ -351,19 +403,19 @@ emu_run()
   uint32_t head = 0;
   for (;;) {
     if ((threadIdx.x & 63) == 0) {
-      for (long long spin = 0; c.tail == head; spin++) emu_check(spin < (1ll << 34));
+      for (long long spin = 0; c.ht[1] == head; spin++) emu_check(spin < (1ll << 34));
       __threadfence_block();
-      c.avail = c.tail;
+      c.avail = c.ht[1];
     }
     emu_sync();
     const uint32_t avail = c.avail;
     bool stop = false;
     while (head != avail) {
-      const emu_cmd &cmd = c.q[head % EMU_QUEUE];
+      const emu_cmd cmd = load_cmd(head);
       if (cmd.op == EMU_MMA_SS || cmd.op == EMU_MMA_TS) {
         uint32_t n = 1;
         while (head + n != avail) {
-          const emu_cmd &nx = c.q[(head + n) % EMU_QUEUE];
+          const emu_cmd nx = load_cmd(head + n);
           if ((nx.op != EMU_MMA_SS && nx.op != EMU_MMA_TS) || nx.d != cmd.d ||
               nx.idesc != cmd.idesc || !nx.accumulate)
             break;
@@ -384,8 +436,8 @@ emu_run()
         break;
       }
     }
-    emu_sync(); // every thread has read the commands it executed
-    if ((threadIdx.x & 63) == 0) c.head = head;
+    emu_sync(); // every thread has read avail and the commands it executed
+    if ((threadIdx.x & 63) == 0) c.ht[0] = head;
     if (stop) return;
   }
 }

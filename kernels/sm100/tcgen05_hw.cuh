@@ -16,6 +16,7 @@ __device__ __forceinline__ void emu_run() {}
 __device__ __forceinline__ void emu_stop() {}
 constexpr bool emulated = false;
 constexpr size_t emu_smem_bytes = 0;
+constexpr size_t EMU_CTA_BYTES = 0; // global memory the emulation needs per CTA
 
 /* Whole warp: allocate ncols columns (a power of 2 >= 32) of tensor memory;
  * the address lands in shared memory at smem_dst. */

@@ -7,7 +7,12 @@
 -- bench_opts={...}}, where p is a problem (vsalab.problem.build) and dq, dk
 -- carry sm_scale. Experiments and the CASES runner iterate over
 -- backends.available(device, p), so a new kernel plugs in everywhere by one
--- register{} call.
+-- register{} call. Kernels from outside vsalab come in the same way:
+-- load{} (a plug-in library, lua/vsalab/plugin.lua), external{} (another
+-- process, lua/vsalab/external.lua) and peer(name) (a known external peer).
+-- Optional fields they use: capturable (false: not timed on a held stream
+-- nor in a CUDA graph), measure(p, bench_opts) -> outs, stats (the backend
+-- times itself), origin (how `vsalab rerun` loads it again).
 local core = require "vsalab.core"
 
 local M = {list = {}}
@@ -30,6 +35,30 @@ function M.register(b)
   end
   M.list[#M.list + 1] = b
   return b
+end
+
+-- Remove backend `name` from the registry (a no-op when absent).
+function M.unregister(name)
+  for i, e in ipairs(M.list) do
+    if e.name == name then table.remove(M.list, i); return true end
+  end
+  return false
+end
+
+function M.load(o) return require("vsalab.plugin").load(o) end
+function M.external(o) return require("vsalab.external").external(o) end
+function M.peer(name) return require("vsalab.external").peer(name) end
+
+-- Load again a backend that a row's extra.backend describes (its origin).
+function M.restore(origin)
+  if type(origin) ~= "table" then return nil end
+  for _, b in ipairs(M.list) do if b.name == origin.name then return b end end
+  if origin.kind == "plugin" then
+    return M.load{path = origin.path, symbol = origin.symbol, name = origin.name}
+  elseif origin.kind == "external" then
+    if require("vsalab.external").peers[origin.name] then return M.peer(origin.name) end
+    return M.external{name = origin.name, cmd = origin.cmd}
+  end
 end
 
 function M.get(name)

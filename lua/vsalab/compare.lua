@@ -6,7 +6,10 @@
 --
 -- A and B are run ids, `latest`, `latest~N` (N runs before the latest), or
 -- a project revision prefix of 4+ hex digits (the latest run built from it). A is the
--- baseline. Points match on (experiment, kernel, B, H, Sq, Skv, D, block,
+-- baseline. RUN:KERNEL takes only that kernel's rows of the run, and
+-- points then match without the kernel: `vsalab compare 7:sm90a 7:triton`
+-- sets two kernels of one run (the same inputs) side by side.
+-- Points match on (experiment, kernel, B, H, Sq, Skv, D, block,
 -- density, topk, ragged, list kind, timing mode); the list kind is the
 -- row's extra.point.lists ('random' when absent: rows of random lists and
 -- rows logged before the axis existed); when a run measured a point twice
@@ -21,14 +24,17 @@
 --              overlap: rerun with more samples
 -- A row that passed in A and fails in B is flagged NEW FAIL; an output
 -- whose rel L2 grew more than 2x is flagged ERR UP; a point of A that B
--- lacks is flagged MISSING. Rows timed on the host clock (CPU points: a
--- few samples on a shared machine scatter by 10-20% run to run) are judged
--- with the wider floor-pct-host (default 50%, never below floor-pct); the
--- header says when it applied. Exit status 1 when any point is SLOW, NEW FAIL
+-- lacks is flagged MISSING. A run that is a shard of a sweep (run.sweep_id,
+-- after `vsalab merge`) stands for every shard of it: one logical run. Rows
+-- timed on the host clock (CPU points: a few samples on a shared machine
+-- scatter by 10% to 2x run to run) are judged with the wider floor-pct-host
+-- (default 50%, never below floor-pct); the header says when it applied.
+-- Exit status 1 when any point is SLOW, NEW FAIL
 -- or MISSING (--partial: B may measure a subset, as a rerun does), or no
 -- point matches (so it can gate a CI job), 2 on usage errors.
 local cli = require "vsalab.cli"
 local report = require "vsalab.report"
+local shard = require "vsalab.shard"
 
 local M = {}
 
@@ -54,10 +60,11 @@ local key_cols = {"experiment", "kernel", "B", "H", "Sq", "Skv", "D", "block",
 -- SQL for a result row's list kind: 'random' or 'vsa:ℓ' (extra.point.lists).
 M.lists_sql = [[coalesce(CASE WHEN json_valid(extra) THEN json_extract(extra, '$.point.lists') END, 'random')]]
 
-local function point_key(r)
+local function point_key(r, no_kernel)
   local parts = {}
   for i, c in ipairs(key_cols) do
     local v = r[c]
+    if no_kernel and c == "kernel" then v = "*" end
     if type(v) == "number" and c == "density" then v = string.format("%.6f", v) end
     parts[i] = tostring(v)
   end
@@ -70,7 +77,11 @@ function M.resolve(db, ref)
   local back = ref:match("^latest~(%d+)$")
   if back then
     if #back > 15 then error("no run '" .. ref .. "' in this DB", 0) end
-    local r = db:q("SELECT id FROM run ORDER BY id DESC LIMIT 1 OFFSET ?", tonumber(back))
+    -- Counted in logical runs: the shards of one sweep are one.
+    local r = shard.has_sweeps(db)
+      and db:q([[SELECT min(id) AS id FROM run GROUP BY coalesce(sweep_id, 'run:' || id)
+                 ORDER BY max(id) DESC LIMIT 1 OFFSET ?]], tonumber(back))
+      or db:q("SELECT id FROM run ORDER BY id DESC LIMIT 1 OFFSET ?", tonumber(back))
     if #r == 0 then error("no run '" .. ref .. "' in this DB", 0) end
     return r[1].id
   end
@@ -96,20 +107,38 @@ function M.resolve(db, ref)
   return r[1].id
 end
 
-local function load(db, id)
-  -- host_clock: timed on the host clock (extra.clock, or a run without a GPU).
+-- A side of a comparison: "REF" or "REF:KERNEL" -> {run=, kernel=, label=}.
+function M.resolve_side(db, ref)
+  local r, kernel = ref:match("^(.-):([%w_.:%-]+)$")
+  if not r or r == "" then r, kernel = ref, nil end
+  local id = M.resolve(db, r)
+  if kernel and #db:q("SELECT 1 FROM result WHERE run_id = ? AND kernel = ? LIMIT 1", id, kernel) == 0 then
+    error(string.format("run %d has no rows of kernel '%s'", id, kernel), 0)
+  end
+  return {run = id, kernel = kernel, label = kernel and (id .. ":" .. kernel) or tostring(id)}
+end
+
+-- The timed rows of a side's logical run (every shard of its sweep); side:
+-- a run id, or {run=, kernel=} (rows of that kernel only, matched without
+-- the kernel).
+local function load(db, side)
+  local id, kernel = side, nil
+  if type(side) == "table" then id, kernel = side.run, side.kernel end
+  -- host_clock: timed on the host clock (extra.clock, or a row of a run
+  -- without a GPU).
   local clock = "CASE WHEN json_valid(r.extra) THEN json_extract(r.extra, '$.clock') END"
   local rows = db:q("SELECT r.*, " .. M.lists_sql .. " AS lists, (" .. clock .. " = 'host' OR ("
-    .. clock .. [[ IS NULL AND run.gpu_name IS NULL)) AS host_clock
+    .. clock .. [[ IS NULL AND coalesce(r.gpu_name, run.gpu_name) IS NULL)) AS host_clock
                       FROM result r JOIN run ON run.id = r.run_id
-                      WHERE r.run_id = ? AND r.ms_median IS NOT NULL ORDER BY r.id]], id)
+                      WHERE r.run_id IN ]] .. shard.in_list(shard.members(db, id))
+    .. [[ AND r.ms_median IS NOT NULL AND (?1 IS NULL OR r.kernel = ?1) ORDER BY r.id]], kernel)
   local by = {}
   for _, r in ipairs(rows) do
     r.errors = {}
     for _, e in ipairs(db:q("SELECT * FROM result_error WHERE result_id = ?", r.id)) do
       r.errors[e.output] = e
     end
-    by[point_key(r)] = r
+    by[point_key(r, kernel ~= nil)] = r
   end
   return by
 end
@@ -120,7 +149,8 @@ local function point_row(r, verdict)
     verdict = verdict, flags = ""}
 end
 
--- Compare runs a and b (ids) of db; returns the list of point rows, whether
+-- Compare runs a and b (ids, or {run=, kernel=} sides: then both should
+-- name a kernel) of db; returns the list of point rows, whether
 -- the comparison gates (SLOW, NEW FAIL, or, unless opts.partial, a point of
 -- A that B did not measure) and the number of matching points. Points in
 -- one run only come last, as verdict ONLY A / ONLY B.
@@ -158,6 +188,7 @@ function M.compare(db, a, b, opts)
     if v == "SLOW" or flags[1] == "NEW FAIL" then gate = true end
     local row = point_row(rb, v)
     row.a_ms, row.b_ms, row.ratio, row.flags = ra.ms_median, rb.ms_median, ratio, table.concat(flags, ", ")
+    row.a, row.b = ra, rb -- the result rows (with .errors), for the HTML view
     out[#out + 1] = row
   end
   local matched = #out
@@ -165,19 +196,19 @@ function M.compare(db, a, b, opts)
   -- mode) must not let a gate pass silently.
   for _, k in ipairs(only_a) do
     local row = point_row(A[k], "ONLY A")
-    row.a_ms = A[k].ms_median
+    row.a_ms, row.a = A[k].ms_median, A[k]
     if not opts.partial then row.flags = "MISSING"; gate = true end
     out[#out + 1] = row
   end
   for _, k in ipairs(only_b) do
     local row = point_row(B[k], "ONLY B")
-    row.b_ms = B[k].ms_median
+    row.b_ms, row.b = B[k].ms_median, B[k]
     out[#out + 1] = row
   end
   return out, gate, matched, host_rows, host_opts.floor_pct
 end
 
-local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-pct-host P] [--floor-ms MS] [--partial] A B"
+local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-pct-host P] [--floor-ms MS] [--partial] A[:KERNEL] B[:KERNEL]"
 
 -- Entry point of `vsalab compare`: returns the exit status.
 function M.main(argv)
@@ -198,21 +229,36 @@ function M.main(argv)
   if #refs ~= 2 then io.stderr:write(usage, "\n"); return 2 end
   local db = cli.open_db("compare", o.db)
   if not db then return 2 end
-  local ok2, a = pcall(M.resolve, db, refs[1])
-  local ok3, b = pcall(M.resolve, db, refs[2])
+  local ok2, sa = pcall(M.resolve_side, db, refs[1])
+  local ok3, sb = pcall(M.resolve_side, db, refs[2])
   if not (ok2 and ok3) then
-    io.stderr:write("vsalab compare: ", tostring(ok2 and b or a), "\n")
+    io.stderr:write("vsalab compare: ", tostring(ok2 and sb or sa), "\n")
     return 2
   end
-  if a == b then -- e.g. a revision and `latest` naming the same run
+  -- Shards of one sweep are one run: name the run by its first shard.
+  local function first(id) return shard.members(db, id)[1] end
+  if sa.run ~= sb.run and first(sa.run) == first(sb.run) and sa.kernel == sb.kernel then
     db:close()
-    io.stderr:write(string.format("vsalab compare: %s and %s both name run %d\n", refs[1], refs[2], a))
+    io.stderr:write(string.format("vsalab compare: %s and %s are shards of one sweep (one logical run %d)\n",
+      refs[1], refs[2], first(sa.run)))
     return 2
   end
+  sa.run, sb.run = first(sa.run), first(sb.run)
+  if (sa.kernel == nil) ~= (sb.kernel == nil) then
+    db:close()
+    io.stderr:write("vsalab compare: give a kernel on both sides (RUN:KERNEL) or on neither\n")
+    return 2
+  end
+  if sa.run == sb.run and sa.kernel == sb.kernel then -- e.g. a revision and `latest` naming the same run
+    db:close()
+    io.stderr:write(string.format("vsalab compare: %s and %s both name run %s\n", refs[1], refs[2], sa.label))
+    return 2
+  end
+  local a, b = sa.kernel and sa or sa.run, sb.kernel and sb or sb.run
   local rows, gate, matched, host_rows, host_pct = M.compare(db, a, b, opts)
   db:close()
-  print(string.format("run %d (baseline) vs run %d: %d matching point%s, floors %.3g%% and %.3g ms",
-    a, b, matched, matched == 1 and "" or "s", opts.floor_pct, opts.floor_ms))
+  print(string.format("run %s (baseline) vs run %s: %d matching point%s, floors %.3g%% and %.3g ms",
+    sa.label, sb.label, matched, matched == 1 and "" or "s", opts.floor_pct, opts.floor_ms))
   if host_rows > 0 then
     print(string.format("%d point%s timed on the host clock (CPU): judged with a %.3g%% floor "
       .. "(--floor-pct-host), as host timings scatter run to run", host_rows,
@@ -229,7 +275,7 @@ function M.main(argv)
     counts.SAME or 0, counts.FAST or 0, counts.SLOW or 0, counts.AMBIGUOUS or 0,
     counts["ONLY A"] or 0, counts["ONLY B"] or 0))
   if matched == 0 then
-    io.stderr:write("vsalab compare: no point of run ", b, " matches run ", a, "\n")
+    io.stderr:write("vsalab compare: no point of run ", sb.label, " matches run ", sa.label, "\n")
     return 1
   end
   return gate and 1 or 0

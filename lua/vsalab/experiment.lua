@@ -1,9 +1,11 @@
 -- The main-job flow shared by experiments/*.lua.
 --
 -- run{name=, device='cuda', sweep=sw (vsalab.sweep) or configs={...},
---     check=..., seed=, anchors=, kernels=}
+--     check=..., seed=, anchors=, kernels=, estimate=fn(point) -> cost}
 -- kernels: the backward names to time and check ({name=true,...}, see
 -- M.kernel_set); nil: every backward available on the device.
+-- (estimate: a point's relative cost, for longest-first under --devices;
+-- the sweep's own `estimate`, else vsalab.dispatch.cost).
 -- For each point {B, H, D, latent={T,H,W} | Sq, density | topk, ragged,
 -- lists='random' | 'vsa:ℓ'}:
 --   build inputs with cuRAND and random top-k lists (or VSA-like lists from
@@ -23,14 +25,36 @@ local backends = require "vsalab.backends"
 local problem = require "vsalab.problem"
 local report = require "vsalab.report"
 local run = require "vsalab.run"
+local dispatch = require "vsalab.dispatch"
+
 local usage = require "vsalab.usage"
 
 local M = {}
 
+-- Options every experiment takes (M.args applies them): plugin=PATH
+-- loads a plug-in backward (plugin_symbol=, default vsalab_backward;
+-- plugin_name=, default from the file name), peers=NAME[,NAME] registers
+-- external peers (vsalab.backends.peer: triton, numpy, lua-ref).
+M.common_args = {plugin = true, plugin_symbol = true, plugin_name = true, peers = true}
+
+local function apply_common(c)
+  local backends = require "vsalab.backends"
+  if c.plugin then
+    backends.load{path = tostring(c.plugin), symbol = c.plugin_symbol and tostring(c.plugin_symbol),
+      name = c.plugin_name and tostring(c.plugin_name)}
+  elseif c.plugin_symbol or c.plugin_name then
+    usage.error("argument 'plugin_symbol'/'plugin_name': give plugin=PATH too")
+  end
+  if c.peers then
+    local names = type(c.peers) == "table" and c.peers or {c.peers}
+    for _, n in ipairs(names) do backends.peer(tostring(n)) end
+  end
+end
+
 -- Parse script arguments "key=value" (values: numbers or comma lists); a
 -- malformed or unknown one is a usage error (exit 2, no traceback).
 function M.args(argv, defaults)
-  local o = {}
+  local o, common = {}, {}
   for k, v in pairs(defaults or {}) do o[k] = v end
   for _, a in ipairs(argv or {}) do
     local k, v = a:match("^([%w_]+)=(.*)$")
@@ -39,20 +63,25 @@ function M.args(argv, defaults)
         .. "(vsalab run [options] SCRIPT [key=value ...])")
     end
     if not k then usage.error("argument '" .. a .. "': expected key=value") end
-    if defaults and defaults[k] == nil then
+    if defaults and defaults[k] == nil and not M.common_args[k] then
       local known = {}
       for name in pairs(defaults) do known[#known + 1] = name end
+      for name in pairs(M.common_args) do known[#known + 1] = name end
       table.sort(known)
       usage.error("argument '" .. k .. "': unknown (known: " .. table.concat(known, ", ") .. ")")
     end
-    if v:find(",") or type(defaults and defaults[k]) == "table" then
+    local dst = (M.common_args[k] and not (defaults and defaults[k] ~= nil)) and common or o
+    if k == "plugin" then
+      dst[k] = v -- a path, never a number or a list
+    elseif v:find(",") or type(defaults and defaults[k]) == "table" then
       local l = {}
       for x in v:gmatch("[^,]+") do l[#l + 1] = tonumber(x) or x end
-      o[k] = l
+      dst[k] = l
     else
-      o[k] = tonumber(v) or v
+      dst[k] = tonumber(v) or v
     end
   end
+  apply_common(common)
   return o
 end
 
@@ -144,6 +173,14 @@ function M.run(e)
     end
   end
   for _, c in ipairs(e.configs) do M.normalise_lists(c) end
+  -- --shard I/N: this slice of the points only (lua/vsalab/shard.lua).
+  local shard = (package.loaded.vsalab.context or {}).shard
+  if shard then
+    local all = #e.configs
+    e.configs = require("vsalab.shard").select(shard, e.configs)
+    io.stderr:write(string.format("%s: shard %d/%d: %d of %d points\n", e.name, shard.index,
+      shard.count, #e.configs, all))
+  end
   if device ~= "cpu" then
     M.require_gpu(e.name)
   else
@@ -151,6 +188,13 @@ function M.run(e)
     if timing and timing ~= "hot" then
       io.stderr:write(e.name, ": --timing ", timing, " applies to GPU points; these CPU points ",
         "time on the host clock (their rows say mode=hot)\n")
+    end
+  end
+  -- Backends asked for by plugin= or peers= that cannot run here: say why.
+  for _, b in ipairs(backends.list) do
+    if b.origin then
+      local ok, why = b.supported(device)
+      if not ok then io.stderr:write(e.name, ": ", b.name, " unavailable: ", tostring(why), "\n") end
     end
   end
   local seed = e.seed or 1
@@ -178,7 +222,10 @@ function M.run(e)
     end
   end
   local timeout = (package.loaded.vsalab.context or {}).point_timeout
-  for i, c in ipairs(e.configs) do
+  -- Every point here, or under --devices the ones the coordinator hands
+  -- this worker (lua/vsalab/dispatch.lua), longest first.
+  local estimate = e.estimate or (e.sweep and e.sweep.estimate)
+  for i, c in dispatch.each(e.name, e.configs, estimate) do
     if e.only_kernel then c.only_kernel = e.only_kernel end
     -- The timer is armed and disarmed inside the protected call, so a
     -- timeout can only be raised where it is caught.
@@ -291,6 +338,9 @@ function M.run_config(e, i, c, device, seed, rows, n)
     -- VSALAB_FAULT_AT=i: an illegal-address fault at point i, to prove that
     -- a sticky CUDA error ends the run 'failed' with earlier rows intact.
     if device ~= "cpu" and tonumber(os.getenv("VSALAB_FAULT_AT") or "") == i then core.gpu_fault() end
+    -- VSALAB_CRASH_AT=i: the process kills itself (SIGKILL) at point i, on
+    -- any device: a worker that dies mid-point, for the --devices tests.
+    if tonumber(os.getenv("VSALAB_CRASH_AT") or "") == i then core.proc_self_kill() end
     for _, b in ipairs(backends.available(device, p)) do
       if not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name)
           and not done[b.name] and not (e.kernels and not e.kernels[b.name]) then
@@ -301,18 +351,28 @@ function M.run_config(e, i, c, device, seed, rows, n)
         -- call's own outputs are checked.
         local outs, bst
         local clk0 = device ~= "cpu" and core.gpu_clocks() or nil
-        if b.timed then
-          local dq, dk, dv = b.run(p)
-          outs = {dq = dq, dk = dk, dv = dv}
-          -- NaN again, so the check below sees what the timed calls wrote.
-          for _, t in pairs(outs) do t:fill(0 / 0) end
-          bst = bench.bench(b.timed(p, outs), timing_opts(b.bench_opts, true, device))
-        else
-          bst = bench.bench(function()
-            if outs then for _, t in pairs(outs) do t:free() end end
+        -- A plug-in or peer that reports an error fails this point only
+        -- ("backend NAME failed: ..."); a GPU fault still ends the run.
+        local ran, err = pcall(function()
+          if b.measure then
+            outs, bst = b.measure(p, timing_opts(b.bench_opts, b.capturable ~= false, device))
+          elseif b.timed then
             local dq, dk, dv = b.run(p)
             outs = {dq = dq, dk = dk, dv = dv}
-          end, timing_opts(b.bench_opts, false, device))
+            -- NaN again, so the check below sees what the timed calls wrote.
+            for _, t in pairs(outs) do t:fill(0 / 0) end
+            bst = bench.bench(b.timed(p, outs), timing_opts(b.bench_opts, b.capturable ~= false, device))
+          else
+            bst = bench.bench(function()
+              if outs then for _, t in pairs(outs) do t:free() end end
+              local dq, dk, dv = b.run(p)
+              outs = {dq = dq, dk = dk, dv = dv}
+            end, timing_opts(b.bench_opts, false, device))
+          end
+        end)
+        if not ran then
+          M.backend_failed(e, c, p, b, hash, err, device, rows, label, i, n)
+          goto next_backend
         end
         local clk1 = device ~= "cpu" and core.gpu_clocks() or nil
         report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %.2g%% (%d samples, %s)%s; checking",
@@ -339,7 +399,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
         r.note = b.emulated and ("emulated (checked, not a speed): " .. res.what) or res.what
         r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
           clock = bst.clock, seed = p.seed, point = M.point_of(c), stop = bst.stop,
-          lists = p.lists, sharing = p.sharing}
+          lists = p.lists, sharing = p.sharing, backend = b.origin, peer = bst.peer}
         r.point_hash = hash
         -- SM clock around the point and throttling (NVML, when present).
         r.sm_clock_start_mhz = clk0 and clk0.sm_mhz or nil
@@ -351,11 +411,33 @@ function M.run_config(e, i, c, device, seed, rows, n)
           res.passed and "pass" or "FAIL", e.eta(i - 1)))
         for _, t in pairs(outs) do t:free() end
       end
+      ::next_backend::
     end
     problem.free(p)
     collectgarbage()
     report.progress(i, n, string.format("%s done in %ds", label, os.time() - t0))
   end
+end
+
+-- A backend's error at a point: a plug-in or external peer that reported a
+-- failure ("backend NAME failed: ...") gets a failed row with the message
+-- and the sweep goes on. Anything else, or a GPU left faulted (the
+-- device does not synchronise cleanly), is raised: the run ends failed.
+function M.backend_failed(e, c, p, b, hash, err, device, rows, label, i, n)
+  local msg = tostring(err)
+  if not msg:find("backend " .. b.name .. " failed: ", 1, true) then error(err, 0) end
+  if device ~= "cpu" then core.synchronize() end
+  collectgarbage()
+  local first = msg:gsub("^[^\n]-(backend " .. b.name:gsub("%p", "%%%0") .. " failed: )", "%1"):gsub("\n.*", "")
+  local r = base_row(e.name, c, p)
+  r.kernel = b.name
+  r.passed = 0
+  r.note = first
+  r.point_hash = hash
+  r.extra = {seed = p.seed, point = M.point_of(c), lists = p.lists, sharing = p.sharing, backend = b.origin}
+  r.id = run.log(r)
+  rows[#rows + 1] = r
+  report.progress(i - 1, n, label .. ": " .. b.name .. " FAILED: " .. first)
 end
 
 function M.summary(rows, anchors, gemm)

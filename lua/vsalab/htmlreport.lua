@@ -2,6 +2,7 @@
 -- network, no JavaScript) for a PR or a notebook.
 --
 --   vsalab report [--db PATH] [-o report.html] [RUN...]
+--   vsalab report A B   (RUN or RUN:KERNEL): the comparison view first
 --
 -- Default run: the latest one with timed rows that is not a `rerun` (a
 -- one-row rerun says little), else the latest. Per run: its environment;
@@ -16,6 +17,7 @@
 -- disk leaves an earlier report as it was (exit 1).
 local core = require "vsalab.core"
 local cli = require "vsalab.cli"
+local shard = require "vsalab.shard"
 
 local M = {}
 
@@ -116,15 +118,24 @@ th{background:#f6f6f6} td.l,th.l{text-align:left} .muted{color:#777} .fail{color
 table.rows td,table.rows th{white-space:nowrap;padding:2px 5px;font-size:11.5px} td.note{text-align:left}
 ]]
 
--- The HTML text for runs (ids) of db.
-function M.render(db, ids)
+-- The HTML text for runs (ids) of db; lead: an HTML fragment put first
+-- (the comparison view of `report A B`, lua/vsalab/htmlcompare.lua).
+function M.render(db, ids, lead)
   local o = {"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>vsalab report</title><style>", css, "</style></head><body>"}
   o[#o + 1] = string.format("<h1>vsalab report</h1><div class=\"muted\">run%s %s · generated %s · vsalab %s</div>",
     #ids > 1 and "s" or "",
     esc(table.concat(ids, ", ")), os.date("!%Y-%m-%d %H:%M UTC"), esc(core.version))
+  if lead then o[#o + 1] = lead end
   for _, id in ipairs(ids) do
     local run = db:q("SELECT * FROM run WHERE id = ?", id)[1]
+    -- The shards of one sweep are one logical run (lua/vsalab/shard.lua).
+    local members = shard.members(db, id)
+    local in_members = "run_id IN " .. shard.in_list(members)
     o[#o + 1] = string.format("<h2>Run %d — %s</h2>", id, esc(run.script or "(no script)"))
+    if #members > 1 then
+      o[#o + 1] = string.format('<div class="muted">sweep %s: runs %s, one logical run</div>',
+        esc(run.sweep_id), esc(table.concat(members, ", ")))
+    end
     o[#o + 1] = "<table>"
     for _, k in ipairs{"status", "started_at", "ended_at", "gpu_name", "gpu_cc", "sm_count", "driver_version",
         "runtime_version", "git_rev", "seed", "host", "args", "context", "nvcc_flags", "error"} do
@@ -136,7 +147,7 @@ function M.render(db, ids)
     local compare = require "vsalab.compare"
     local rows = db:q("SELECT *, " .. compare.lists_sql .. [[ AS lists,
       CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing
-      FROM result_summary WHERE run_id = ? ORDER BY experiment, kernel, H, density, Sq]], id)
+      FROM result_summary WHERE ]] .. in_members .. [[ ORDER BY experiment, kernel, H, density, Sq]])
     -- One chart per experiment, against the axis its points vary along:
     -- tokens (log2) when Sq varies, else density, else heads (a sweep of
     -- densities at one token count would otherwise draw one dot).
@@ -204,7 +215,7 @@ function M.render(db, ids)
       o[#o + 1] = chart(g, series, axis)
     end
     if #order == 0 then o[#o + 1] = '<div class="note">No timed rows with TFLOPS in this run.</div>' end
-    local gemm = db:q("SELECT tflops FROM result WHERE run_id = ? AND kernel = 'gemm_bf16' ORDER BY id DESC LIMIT 1", id)[1]
+    local gemm = db:q("SELECT tflops FROM result WHERE " .. in_members .. " AND kernel = 'gemm_bf16' ORDER BY id DESC LIMIT 1")[1]
     gemm = gemm and gemm.tflops
     if gemm then
       o[#o + 1] = string.format('<div class="note">bf16 GEMM ceiling measured in this run (cuBLAS): <b>%.0f TFLOPS</b>; the pct_gemm column gives each figure as a share of it.</div>', gemm)
@@ -216,8 +227,8 @@ function M.render(db, ids)
     end
     -- Worst error per output per kernel.
     local errs = db:q([[SELECT r.kernel, e.output, max(e.rel_l2) AS worst, sum(e.passed = 0) AS failed, count(*) AS n
-      FROM result r JOIN result_error e ON e.result_id = r.id WHERE r.run_id = ?
-      GROUP BY r.kernel, e.output ORDER BY r.kernel, e.output]], id)
+      FROM result r JOIN result_error e ON e.result_id = r.id WHERE r.]] .. in_members .. [[
+      GROUP BY r.kernel, e.output ORDER BY r.kernel, e.output]])
     if #errs > 0 then
       o[#o + 1] = "<h2>Errors against the fp64 oracle</h2><table><tr><th class=\"l\">kernel</th><th class=\"l\">output</th><th>worst rel L2</th><th>checks</th><th>failed</th></tr>"
       for _, e in ipairs(errs) do
@@ -266,13 +277,16 @@ function M.main(argv)
       ORDER BY run.id DESC LIMIT 1]])[1]
     refs = {r and tostring(r.id) or "latest"}
   end
-  local ids = {}
+  -- RUN or RUN:KERNEL; two of them add the comparison view.
+  local ids, sides, seen = {}, {}, {}
   for _, ref in ipairs(refs) do
-    local okr, id = pcall(require("vsalab.compare").resolve, db, ref)
-    if not okr then db:close(); io.stderr:write("vsalab report: ", tostring(id), "\n"); return 2 end
-    ids[#ids + 1] = id
+    local okr, side = pcall(require("vsalab.compare").resolve_side, db, ref)
+    if not okr then db:close(); io.stderr:write("vsalab report: ", tostring(side), "\n"); return 2 end
+    sides[#sides + 1] = side
+    if not seen[side.run] then seen[side.run] = true; ids[#ids + 1] = side.run end
   end
-  local html = M.render(db, ids)
+  local two = #sides == 2 and sides[1].label ~= sides[2].label
+  local html = M.render(db, ids, two and require("vsalab.htmlcompare").render(db, sides[1], sides[2]) or nil)
   db:close()
   -- Never write the report over a database, a WAL or a journal: an
   -- existing file is replaced only when it is empty or an earlier HTML

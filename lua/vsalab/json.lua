@@ -56,4 +56,35 @@ end
 
 function M.encode(v) return encode(v, 0) end
 
+-- JSON text -> Lua values, parsed by SQLite's JSON1 (json_each) on an
+-- in-memory database: objects and arrays become tables (arrays 1-based),
+-- null becomes nil. Raises on malformed text.
+local function decode_at(db, text, path)
+  local t = {}
+  for _, r in ipairs(db:q("SELECT key, value, type FROM json_each(?, ?)", text, path)) do
+    local key, v = r.key, r.value
+    local sub = type(key) == "number" and string.format("%s[%d]", path, key)
+      or (path .. "." .. '"' .. key .. '"')
+    if r.type == "object" or r.type == "array" then v = decode_at(db, text, sub)
+    elseif r.type == "true" then v = true
+    elseif r.type == "false" then v = false
+    elseif r.type == "null" then v = nil end
+    t[type(key) == "number" and key + 1 or key] = v
+  end
+  return t
+end
+
+function M.decode(text)
+  local core = require "vsalab.core"
+  local db = core.db_open(":memory:")
+  local ok, res = pcall(function()
+    local kind = db:q("SELECT json_type(?) AS t", text)[1].t
+    if kind == "object" or kind == "array" then return decode_at(db, text, "$") end
+    return db:q("SELECT json_extract(?, '$') AS v", text)[1].v
+  end)
+  db:close()
+  if not ok then error("json: cannot parse: " .. tostring(res), 0) end
+  return res
+end
+
 return M

@@ -120,10 +120,31 @@ function M.main(argv)
   local function fail(msg, code) db:close(); io.stderr:write("vsalab ", cmd, ": ", msg, "\n"); return code or 2 end
   if cmd == "runs" then
     if #o.rest > 0 then return fail(usage.runs) end
-    local rows = db:q([[SELECT r.id, r.status, r.started_at, r.ended_at, r.script, r.git_rev,
-        r.gpu_name, (SELECT count(*) FROM result WHERE run_id = r.id) AS rows
-      FROM run r ORDER BY r.id DESC LIMIT ?]], tonumber(o.limit or 50))
-    M.print_rows(rows, {"id", "status", "started_at", "ended_at", "script", "git_rev", "gpu_name", "rows"}, o.format)
+    local cols = {"id", "status", "started_at", "ended_at", "script", "git_rev", "gpu_name", "rows"}
+    local rows
+    if require("vsalab.shard").has_sweeps(db) then
+      -- The shards of one sweep are one logical run: one line, its first
+      -- id, the worst status, every row; `sweep` and `shards` say which.
+      rows = db:q([[SELECT min(r.id) AS id,
+          CASE WHEN sum(r.status = 'failed') > 0 THEN 'failed'
+               WHEN sum(r.status = 'interrupted') > 0 THEN 'interrupted'
+               WHEN sum(r.status = 'running') > 0 THEN 'running' ELSE 'finished' END AS status,
+          min(r.started_at) AS started_at,
+          CASE WHEN sum(r.ended_at IS NULL) > 0 THEN NULL ELSE max(r.ended_at) END AS ended_at,
+          min(r.script) AS script, min(r.git_rev) AS git_rev, min(r.gpu_name) AS gpu_name,
+          sum((SELECT count(*) FROM result WHERE run_id = r.id)) AS rows,
+          r.sweep_id AS sweep,
+          CASE WHEN r.sweep_id IS NULL THEN NULL
+               ELSE count(*) || '/' || coalesce(max(r.shard_count), count(*)) END AS shards
+        FROM run r GROUP BY coalesce(r.sweep_id, 'run:' || r.id) ORDER BY max(r.id) DESC LIMIT ?]],
+        tonumber(o.limit or 50))
+      cols[#cols + 1], cols[#cols + 2] = "sweep", "shards"
+    else
+      rows = db:q([[SELECT r.id, r.status, r.started_at, r.ended_at, r.script, r.git_rev,
+          r.gpu_name, (SELECT count(*) FROM result WHERE run_id = r.id) AS rows
+        FROM run r ORDER BY r.id DESC LIMIT ?]], tonumber(o.limit or 50))
+    end
+    M.print_rows(rows, cols, o.format)
   elseif cmd == "show" then
     if #o.rest ~= 1 then return fail(usage.show) end
     local okr, id = pcall(require("vsalab.compare").resolve, db, o.rest[1])

@@ -50,6 +50,15 @@ function M.main(argv)
     return 2
   end
   local exp = require "vsalab.experiment"
+  -- A plug-in's or an external peer's row records how to load it again.
+  if extra.backend then
+    local okb, why = pcall(require("vsalab.backends").restore, extra.backend)
+    if not okb then
+      io.stderr:write("vsalab rerun: row ", row_id, ": cannot load backend ", tostring(r.kernel), ": ",
+        tostring(why), "\n")
+      return 2
+    end
+  end
   -- The new run records what it reran and with which seed, so `vsalab
   -- compare` can match it point by point against the original.
   local ctx = package.loaded.vsalab.context

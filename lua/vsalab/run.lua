@@ -18,6 +18,42 @@ local function context()
   return (v and v.context) or {}
 end
 
+-- Under `vsalab run --devices` this process is a worker of a coordinator
+-- (lua/vsalab/devices.lua), which set VSALAB_WORKER_FD (its socket),
+-- VSALAB_WORKER_RUN (the run row it began) and VSALAB_WORKER_GPU,
+-- _GPU_NAME, _GPU_UUID (the GPU it gave this process). Returns that, or nil.
+local worker_info
+function M.worker()
+  if worker_info == nil then
+    local fd = tonumber(os.getenv("VSALAB_WORKER_FD") or "")
+    worker_info = fd and {fd = fd, run_id = tonumber(os.getenv("VSALAB_WORKER_RUN") or ""),
+      gpu_index = tonumber(os.getenv("VSALAB_WORKER_GPU") or ""),
+      gpu_name = os.getenv("VSALAB_WORKER_GPU_NAME"),
+      gpu_uuid = os.getenv("VSALAB_WORKER_GPU_UUID")} or false
+  end
+  return worker_info or nil
+end
+
+-- The GPU that this process measures on, as result columns: a worker's
+-- GPU, else the --device ordinal's name and UUID when CUDA works here
+-- ({} without CUDA).
+local gpu_cols
+function M.gpu()
+  if gpu_cols then return gpu_cols end
+  local w = M.worker()
+  if w then
+    gpu_cols = {gpu_index = w.gpu_index, gpu_name = w.gpu_name, gpu_uuid = w.gpu_uuid}
+  else
+    gpu_cols = {}
+    local ok, avail = pcall(core.cuda_available)
+    if ok and avail then
+      local ok2, d = pcall(core.device_info)
+      if ok2 then gpu_cols = {gpu_index = d.index, gpu_name = d.name, gpu_uuid = d.uuid} end
+    end
+  end
+  return gpu_cols
+end
+
 -- The environment of this run, as run-table columns.
 function M.environment()
   local ctx = context()
@@ -36,6 +72,9 @@ function M.environment()
   for k, v in pairs(ctx.pairs or {}) do pairs_[k] = v end
   if ctx.timing and pairs_.timing == nil then pairs_.timing = ctx.timing end
   if next(pairs_) then env.context = json.encode(pairs_) end
+  -- Shards of one sweep share its id (lua/vsalab/shard.lua).
+  env.sweep_id = require("vsalab.shard").sweep_id(ctx)
+  if ctx.shard then env.shard_index, env.shard_count = ctx.shard.index, ctx.shard.count end
   local ok, avail = pcall(core.cuda_available)
   if ok and avail then
     local d = core.device_info()
@@ -105,7 +144,9 @@ function M.adopt_resume()
   ctx.timing = ctx.timing or r.timing
 end
 
-function M.current()
+-- The run of this process: begun on first use (extra: run columns to set
+-- on the new row, false for NULL), or the coordinator's under --devices.
+function M.current(extra)
   if state then return state end
   local ctx = context()
   local path = ctx.db_path or "results.db"
@@ -113,6 +154,16 @@ function M.current()
   local ok, db = pcall(core.db_open, path)
   if not ok then require("vsalab.usage").error(tostring(db)) end
   local id
+  local w = M.worker()
+  if w then
+    -- A worker logs into the run its coordinator began, and never ends it.
+    if not (w.run_id and db:q("SELECT id FROM run WHERE id = ?", w.run_id)[1]) then
+      db:close()
+      error("worker: no run " .. tostring(w.run_id) .. " in " .. path, 0)
+    end
+    state = {db = db, id = w.run_id, path = path, worker = true}
+    return state
+  end
   if ctx.resume then
     -- --resume RUN (checked by adopt_resume): the same run row goes on;
     -- experiments skip what it has.
@@ -124,7 +175,9 @@ function M.current()
     db:q("UPDATE run SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?", r.id)
     id = r.id
   else
-    id = db:begin_run(M.environment())
+    local env = M.environment()
+    for k, v in pairs(extra or {}) do env[k] = v or nil end
+    id = db:begin_run(env)
     -- The run began with the script, not at its first row.
     if ctx.started_at then db:q("UPDATE run SET started_at = ? WHERE id = ?", ctx.started_at, id) end
   end
@@ -156,6 +209,11 @@ function M.log(row)
   local t = {}
   for k, v in pairs(row) do t[k] = v end
   t.run_id = r.id
+  -- The GPU that measured it, unless the row names one (a coordinator
+  -- logging a worker's lost point does).
+  if t.gpu_index == nil and t.gpu_uuid == nil then
+    for k, v in pairs(M.gpu()) do t[k] = v end
+  end
   -- A failed check voids the speed figure: never store TFLOPS of a wrong output.
   if t.passed == false or t.passed == 0 then t.tflops = nil end
   if type(t.extra) == "table" then t.extra = json.encode(t.extra) end
@@ -182,11 +240,13 @@ end
 function M.finish(status, err)
   if not state then return end
   local s = state
-  pcall(s.db.q, s.db, "PRAGMA busy_timeout = 60000")
-  local ok, why
-  for _ = 1, 3 do
-    ok, why = pcall(s.db.end_run, s.db, s.id, status, err)
-    if ok then break end
+  local ok, why = true, nil
+  if not s.worker then
+    pcall(s.db.q, s.db, "PRAGMA busy_timeout = 60000")
+    for _ = 1, 3 do
+      ok, why = pcall(s.db.end_run, s.db, s.id, status, err)
+      if ok then break end
+    end
   end
   pcall(s.db.close, s.db)
   state = nil

@@ -10,6 +10,7 @@
 --     zip = {{"latent", "label"}, {{21,45,80}, "720p"}, {{21,30,52}, "480p"}},
 --     fixed = {B = 1, D = 128},
 --     skip = function(pt) if pt.H > 16 and pt.tokens > 65536 then return "too big" end end,
+--     estimate = function(pt) return pt.H * pt.tokens^2 end,  -- optional: relative cost
 --   }
 --   sw:override(arg)   -- apply -a name=... from the command line
 --   for _, pt in ipairs(sw:points()) do ... end
@@ -94,7 +95,10 @@ function M.hash(pt)
 end
 
 function M.new(spec)
-  local sw = setmetatable({axes = {}, zip = nil, fixed = spec.fixed or {}, skip = spec.skip}, Sweep)
+  local sw = setmetatable({axes = {}, zip = nil, fixed = spec.fixed or {}, skip = spec.skip,
+    estimate = spec.estimate}, Sweep)
+  assert(spec.estimate == nil or type(spec.estimate) == "function",
+    "sweep: estimate must be a function(point) -> relative cost")
   for _, a in ipairs(spec.axes or {}) do
     assert(type(a[1]) == "string" and type(a[2]) == "table" and #a[2] > 0,
       "sweep: each axis is {name, {values...}}")

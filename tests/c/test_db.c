@@ -35,11 +35,14 @@
 
 static char schema_text[256 * 1024];
 static char upgrade2_text[64 * 1024];
+static char upgrade3_text[64 * 1024];
 
 const vsa_embedded_file vsa_embedded[] = {
   {"schema", "sql", "@db/schema.sql", sizeof schema_text, schema_text},
   {"upgrade_0002", "sql", "@db/upgrades/0002_measurement.sql",
    sizeof upgrade2_text, upgrade2_text},
+  {"upgrade_0003", "sql", "@db/upgrades/0003_multi.sql",
+   sizeof upgrade3_text, upgrade3_text},
   {NULL, NULL, NULL, 0, NULL},
 };
 
@@ -62,17 +65,20 @@ load_file(const char *path, char *schema_text, size_t cap)
   return 0;
 }
 
-/* db/schema.sql and db/upgrades/0002_measurement.sql beside it. */
+/* db/schema.sql and the db/upgrades/ beside it. */
 static int
 load_schema(const char *path)
 {
-  char up[4096];
+  char up2[4096], up3[4096];
   const char *slash = strrchr(path, '/');
   int dir = slash ? (int)(slash - path) : 0;
-  snprintf(up, sizeof up, "%.*s%supgrades/0002_measurement.sql", dir, path,
+  snprintf(up2, sizeof up2, "%.*s%supgrades/0002_measurement.sql", dir, path,
+           slash ? "/" : "");
+  snprintf(up3, sizeof up3, "%.*s%supgrades/0003_multi.sql", dir, path,
            slash ? "/" : "");
   if (load_file(path, schema_text, sizeof schema_text)) return -1;
-  return load_file(up, upgrade2_text, sizeof upgrade2_text);
+  if (load_file(up2, upgrade2_text, sizeof upgrade2_text)) return -1;
+  return load_file(up3, upgrade3_text, sizeof upgrade3_text);
 }
 
 // ----------------------------------------------------------------------------
@@ -457,18 +463,24 @@ test_refusals(void)
       sqlite3_stmt *q = NULL;
       sqlite3_prepare_v2(vsa_db_handle(u),
                          "SELECT (SELECT user_version FROM pragma_user_version),"
-                         " (SELECT count(*) FROM result WHERE ms_median = 1.5 AND ms_p20 IS NULL)",
+                         " (SELECT count(*) FROM result WHERE ms_median = 1.5 AND ms_p20 IS NULL"
+                         "  AND gpu_uuid IS NULL),"
+                         " (SELECT count(*) FROM run WHERE length(uid) = 32 AND sweep_id IS NULL)",
                          -1, &q, NULL);
-      int ok = q && sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) == 2 &&
-               sqlite3_column_int(q, 1) == 1;
+      int ok = q && sqlite3_step(q) == SQLITE_ROW &&
+               sqlite3_column_int(q, 0) == VSA_DB_SCHEMA_VERSION &&
+               sqlite3_column_int(q, 1) == 1 && sqlite3_column_int(q, 2) == 1;
       sqlite3_finalize(q);
-      check(ok, "upgrade to version 2 keeps the old rows and adds the new columns", "%s",
+      check(ok, "upgrade to the latest version keeps the old rows, adds the new columns"
+            " and gives old runs a uid", "%s",
             sqlite3_errmsg(vsa_db_handle(u)));
       int64_t rid = 0;
       check(vsa_db_run_begin(u, &(vsa_run_info){.script = "new", .seed = VSA_DB_NULL,
                                                  .pid = VSA_DB_NULL, .sm_count = VSA_DB_NULL,
                                                  .device_index = VSA_DB_NULL,
-                                                 .dirty = VSA_DB_NULL}, &rid) == 0,
+                                                 .dirty = VSA_DB_NULL,
+                                                 .shard_index = VSA_DB_NULL,
+                                                 .shard_count = VSA_DB_NULL}, &rid) == 0,
             "the upgraded database takes new runs", "%s", vsa_last_error());
       vsa_db_close(u);
     }
@@ -824,6 +836,52 @@ child_killed(void *arg, int fd)
   _exit(9); /* no run_end, no close */
 }
 
+/* Schema 3: every run gets a distinct uid; sweep, shard and devices on the
+ * run and the GPU on each row are stored as given. */
+static void
+test_sweeps_and_gpus(void)
+{
+  vsa_db *db = NULL;
+  if (vsa_db_open(&db, tmp("sweep.db"), 0) != 0) {
+    check(0, "open sweep.db", "%s", vsa_last_error());
+    return;
+  }
+  sqlite3 *h = vsa_db_handle(db);
+  vsa_run_info info;
+  fill_info(&info, "s.lua");
+  info.sweep_id = "slurm-42";
+  info.shard_index = 3;
+  info.shard_count = 4;
+  info.devices = "[{\"index\":0,\"name\":\"NVIDIA H200\",\"uuid\":\"GPU-1\"}]";
+  int64_t a = 0, b = 0;
+  int rc = vsa_db_run_begin(db, &info, &a);
+  fill_info(&info, "s.lua");
+  rc |= vsa_db_run_begin(db, &info, &b);
+  check(rc == 0, "runs with sweep, shard and devices begin", "%s", vsa_last_error());
+  check(qint(h, "SELECT count(DISTINCT uid) FROM run WHERE length(uid) = 32") == 2,
+        "each run gets its own 32-hex-digit uid", NULL);
+  check(qint(h, "SELECT count(*) FROM run WHERE sweep_id = 'slurm-42' AND shard_index = 3"
+                " AND shard_count = 4 AND json_extract(devices, '$[0].uuid') = 'GPU-1'") == 1,
+        "sweep, shard and devices stored", NULL);
+  check(qint(h, "SELECT count(*) FROM run WHERE sweep_id IS NULL AND shard_index IS NULL") == 1,
+        "unknown sweep and shard stored as NULL", NULL);
+  vsa_result_row row;
+  fill_row(&row, a, "sm90a", 4096);
+  row.gpu_index = 1;
+  row.gpu_name = "NVIDIA H200";
+  row.gpu_uuid = "GPU-2";
+  check(vsa_db_result_add(db, &row, NULL, 0, NULL) == 0, "a row with its GPU", "%s",
+        vsa_last_error());
+  check(qint(h, "SELECT count(*) FROM result WHERE gpu_index = 1 AND gpu_uuid = 'GPU-2'") == 1,
+        "the row names its GPU", NULL);
+  fill_info(&info, "s.lua");
+  info.shard_count = 0;
+  check(vsa_db_run_begin(db, &info, NULL) != 0, "shard_count 0 refused", NULL);
+  check(sqlite3_exec(h, "UPDATE run SET uid = (SELECT uid FROM run WHERE id = 1)", NULL, NULL,
+                     NULL) != SQLITE_OK, "a duplicate uid refused", NULL);
+  vsa_db_close(db);
+}
+
 static void
 test_killed_run(void)
 {
@@ -882,6 +940,7 @@ main(int argc, char **argv)
   test_busy_wait();
   test_concurrent_writers();
   test_killed_run();
+  test_sweeps_and_gpus();
 
   printf("%d passed, %d failed\n", npassed, nfailed);
   if (nfailed == 0)

@@ -94,11 +94,14 @@ collectgarbage("setpause", 100) -- collect often, so finalizers land mid-call
 
 local functions = {}
 for name, f in pairs(vsalab) do
-  -- Left out: run bookkeeping (opens a DB), and timers that would fire
-  -- later, outside the call (set_point_timeout is the runner's plumbing).
+  -- Left out: run bookkeeping (opens a DB), timers that would fire
+  -- later, outside the call (set_point_timeout is the runner's plumbing),
+  -- npy_save (it would write files named like random strings here), and
+  -- the process control of --devices (proc_*: spawns, signals and closes
+  -- descriptors outside the call).
   local skip = {synchronize = true, run_finish = true, run = true, log = true,
-    set_point_timeout = true, gpu_sleep = true}
-  if type(f) == "function" and not skip[name] then
+    set_point_timeout = true, gpu_sleep = true, npy_save = true}
+  if type(f) == "function" and not skip[name] and not name:match("^proc_") then
     functions[#functions + 1] = {name, f}
   end
 end

@@ -3,8 +3,12 @@
 # tool, or any CUDA machine with a build of vsalab):
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile and blackwell): quick sm100emu specs
-# sanitize invert seed_sweep wan720p modes compare fault profile breakdown
-# case12 vsa_lists blackwell
+# sanitize invert seed_sweep wan720p modes compare fault devices plugin
+# peers profile breakdown case12 vsa_lists blackwell
+# plugin: the example CUDA plug-in (cases, graph capture, a sweep beside
+# sm90a, a faulting plug-in). peers: seed_sweep peers=triton, sm90a and
+# Triton on identical inputs in one run (needs .peer/ from
+# tests/gpu/fetch_peer.sh, carried; PEERS_ARGS passes seed_sweep overrides).
 # sm100emu: the Blackwell backward's source on this GPU over the emulated
 # tcgen05 layer (ladder rungs 1-2 with wgmma cross-checks, every kernel
 # path against the reference, 20 bitwise launches, every CASES case).
@@ -19,7 +23,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-build/vsalab}
 shift || true
-steps=${*:-quick sm100emu specs sanitize invert seed_sweep wan720p modes compare fault}
+steps=${*:-quick sm100emu specs sanitize invert seed_sweep wan720p modes compare fault devices plugin peers}
 # The ladder binaries sit beside vsalab (pack.sh) or in build/tests.
 tests_bin=$(dirname "$bin")
 [ -x "$tests_bin/tcgen05_ladder_emu" ] || tests_bin=build/tests
@@ -27,6 +31,8 @@ tests_bin=$(dirname "$bin")
 export VSALAB_SM100_EMU=1
 out=${OUT:-gpu-out}
 mkdir -p "$out"
+# The example plug-ins sit beside the binary (build/ or tests/gpu/pack.sh's folder).
+export VSALAB_PLUGIN_DIR=${VSALAB_PLUGIN_DIR:-$(dirname "$bin")}
 export PATH=$PATH:/usr/local/cuda/bin
 # Lua modules packed beside the binary (tests/gpu/pack.sh) for hosts without them.
 libs=$(dirname "$bin")/lua
@@ -99,6 +105,22 @@ for step in $steps; do
       (exit $rc_modes) ;;
     compare) tests/gpu/compare_proof.sh "$bin" 2>&1 | tee "$out/compare.log" ;;
     fault) tests/gpu/fault_proof.sh "$bin" 2>&1 | tee "$out/fault.log" ;;
+    devices) tests/gpu/devices_proof.sh "$bin" 2>&1 | tee "$out/devices.log" ;;
+    plugin) # the example CUDA plug-in: cases, graph capture, a sweep beside sm90a, a GPU fault
+      (bad=0
+       "$bin" run tests/run_busted.lua --tags=gpu -o utfTerminal tests/gpu/plugin_spec.lua || bad=1
+       tests/gpu/plugin_proof.sh "$bin" || bad=1
+       exit $bad) 2>&1 | tee "$out/plugin.log" ;;
+    peers) # FastVideo's Triton backward as an external peer, same run and inputs as sm90a
+      (rm -f "$out/peers.db"*
+       # sm90a against Triton only: the emulated sm100a (a correctness test) stays out.
+       env -u VSALAB_SM100_EMU "$bin" run --db "$out/peers.db" experiments/seed_sweep.lua peers=triton ${PEERS_ARGS:-} || exit 1
+       "$bin" query --db "$out/peers.db" "SELECT kernel, Sq, point_hash, round(ms_median,4) AS ms, round(tflops,1) AS tflops, passed, samples, json_extract(extra, '$.peer.extra.inversion_ms') AS peer_inv_ms FROM result WHERE kernel IN ('sm90a', 'triton') ORDER BY Sq, kernel"
+       n=$("$bin" query --db "$out/peers.db" --format csv "SELECT count(*) FROM result WHERE kernel = 'triton' AND passed = 1" | tail -1)
+       echo "triton rows passing the oracle: $n"
+       "$bin" compare --db "$out/peers.db" 1:sm90a 1:triton
+       "$bin" report --db "$out/peers.db" -o "$out/peers.html" 1:sm90a 1:triton
+       [ "$n" -gt 0 ]) 2>&1 | tee "$out/peers.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   rc=${PIPESTATUS[0]}

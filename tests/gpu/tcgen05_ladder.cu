@@ -98,7 +98,7 @@ ladder_kernel(const __grid_constant__ args g)
     }
     tc05::wait_st();
     tc05::fence_before();
-    named_sync(1, 128); // the emulator warps are not part of this
+    named_sync_any(1, 128); // the emulator warps are not part of this
     tc05::fence_after();
     uint32_t back[64];
     tc05::ld_32x32b<64>(tmem + lane_base + 100, back);
@@ -128,7 +128,7 @@ ladder_kernel(const __grid_constant__ args g)
     }
     fence_proxy_async();
     tc05::fence_before();
-    named_sync(1, 128);
+    named_sync_any(1, 128);
     tc05::fence_after();
     const int n = g.shape == DQ_TS ? 128 : 64;
     if (t == 0) {
@@ -196,7 +196,7 @@ ladder_kernel(const __grid_constant__ args g)
 #endif
   }
   tc05::fence_before();
-  named_sync(1, 128);
+  named_sync_any(1, 128);
   if (t == 0) tc05::emu_stop();
   if (warp == 0) {
     tc05::fence_after();
@@ -257,7 +257,7 @@ int main(void)
   CHECK(cudaMalloc(&d, 128 * 128 * 4));
   CHECK(cudaMalloc(&w, 128 * 128 * 4));
   CHECK(cudaMalloc(&rt, 128 * 64 * 4));
-  CHECK(cudaMalloc(&tm, 128 * 512 * 4));
+  CHECK(cudaMalloc(&tm, tc05::EMU_CTA_BYTES > 0 ? tc05::EMU_CTA_BYTES : 16));
   args g = {a, b, d, w, rt, -1, {tm}};
 
   // Rung 1.

@@ -1,0 +1,146 @@
+/* cpu_backward.c — an example vsalab plug-in: the block-sparse attention
+ * backward on the CPU, in plain C against src/vsalab_plugin.h alone.
+ *
+ * Build (CMake does it: build/libvsalab_example_cpu.so):
+ *   cc -O2 -shared -fPIC -I src examples/plugins/cpu_backward.c -o libmine.so -lm
+ * Use:
+ *   build/vsalab run experiments/smoke.lua plugin=build/libvsalab_example_cpu.so
+ *   vsalab.backends.load{path = "build/libvsalab_example_cpu.so",
+ *                        name = "example"}
+ *
+ * Exports, besides vsalab_plugin_abi (VSALAB_PLUGIN_DEFINE below):
+ *   vsalab_backward           the backward, under the default symbol (fp32
+ *                             accumulation, one pass over each q block's
+ *                             canonical kv list)
+ *   example_failing_backward  always returns an error (the tests use it to
+ *                             prove that a failing plug-in fails its point)
+ *   example_unscaled_backward forgets sm_scale on dk (the tests use it to
+ *                             prove that the oracle catches a wrong plug-in)
+ * Pointers are host pointers: the library declares VSALAB_PLUGIN_CPU only,
+ * so vsalab never hands it CUDA tensors.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vsalab_plugin.h"
+
+VSALAB_PLUGIN_DEFINE(VSALAB_PLUGIN_CPU, 0)
+
+static float
+bf16_to_f32(uint16_t h)
+{
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static uint16_t
+f32_to_bf16(float f) /* round to nearest even, NaN kept */
+{
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1);
+  return (uint16_t)(u >> 16);
+}
+
+static int
+backward(const vsalab_plugin_args *a, char *err, size_t err_len, float dk_scale)
+{
+  if (a->abi_version != VSALAB_PLUGIN_ABI_VERSION || a->device != -1) {
+    snprintf(err, err_len, "example: expected ABI %d on the CPU, got ABI %u on device %d",
+             VSALAB_PLUGIN_ABI_VERSION, a->abi_version, a->device);
+    return VSALAB_PLUGIN_E_UNSUPPORTED;
+  }
+  const int64_t Sq = a->Sq, Skv = a->Skv, D = a->D, nq = a->nq, nkv = a->nkv;
+  const int64_t qw = a->q2k_idx.shape[3]; /* list width */
+  const float c = a->sm_scale * 1.4426950408889634f; /* scale * log2(e) */
+  float *dq = calloc((size_t)(Sq * D), 4), *dk = calloc((size_t)(Skv * D), 4);
+  float *dv = calloc((size_t)(Skv * D), 4), *delta = malloc((size_t)Sq * 4);
+  float *qi = malloc((size_t)D * 4), *doi = malloc((size_t)D * 4);
+  if (!dq || !dk || !dv || !delta || !qi || !doi) {
+    free(dq), free(dk), free(dv), free(delta), free(qi), free(doi);
+    snprintf(err, err_len, "example: out of host memory");
+    return VSALAB_PLUGIN_E_INTERNAL;
+  }
+  const int32_t *vbs = a->variable_block_sizes.data;
+  for (int64_t bh = 0; bh < (int64_t)a->B * a->H; bh++) {
+    const uint16_t *q = (const uint16_t *)a->q.data + bh * Sq * D;
+    const uint16_t *o = (const uint16_t *)a->o.data + bh * Sq * D;
+    const uint16_t *dO = (const uint16_t *)a->dO.data + bh * Sq * D;
+    const uint16_t *k = (const uint16_t *)a->k.data + bh * Skv * D;
+    const uint16_t *v = (const uint16_t *)a->v.data + bh * Skv * D;
+    const float *lse = (const float *)a->lse.data + bh * Sq;
+    const int32_t *idx = (const int32_t *)a->q2k_idx.data + bh * nq * qw;
+    const int32_t *num = (const int32_t *)a->q2k_num.data + bh * nq;
+    memset(dq, 0, (size_t)(Sq * D) * 4);
+    memset(dk, 0, (size_t)(Skv * D) * 4);
+    memset(dv, 0, (size_t)(Skv * D) * 4);
+    for (int64_t i = 0; i < Sq; i++) {
+      float s = 0;
+      for (int64_t d = 0; d < D; d++) s += bf16_to_f32(dO[i * D + d]) * bf16_to_f32(o[i * D + d]);
+      delta[i] = s;
+    }
+    for (int64_t qb = 0; qb < nq; qb++) {
+      for (int32_t e = 0; e < num[qb]; e++) {
+        int32_t kb = idx[qb * qw + e];
+        if (kb < 0 || kb >= nkv) continue; /* never happens with canonical lists */
+        int valid = vbs[kb] < 0 ? 0 : vbs[kb] > 64 ? 64 : vbs[kb];
+        for (int64_t i = qb * 64; i < qb * 64 + 64; i++) {
+          for (int64_t d = 0; d < D; d++) {
+            qi[d] = bf16_to_f32(q[i * D + d]);
+            doi[d] = bf16_to_f32(dO[i * D + d]);
+          }
+          for (int t = 0; t < valid; t++) {
+            int64_t j = (int64_t)kb * 64 + t;
+            float s = 0, dp = 0;
+            for (int64_t d = 0; d < D; d++) {
+              s += qi[d] * bf16_to_f32(k[j * D + d]);
+              dp += doi[d] * bf16_to_f32(v[j * D + d]);
+            }
+            float p = exp2f(s * c - lse[i]);
+            float ds = p * (dp - delta[i]);
+            for (int64_t d = 0; d < D; d++) {
+              dv[j * D + d] += p * doi[d];
+              dk[j * D + d] += ds * qi[d] * dk_scale;
+              dq[i * D + d] += ds * bf16_to_f32(k[j * D + d]) * a->sm_scale;
+            }
+          }
+        }
+      }
+    }
+    uint16_t *oq = (uint16_t *)a->dq.data + bh * Sq * D;
+    uint16_t *ok = (uint16_t *)a->dk.data + bh * Skv * D;
+    uint16_t *ov = (uint16_t *)a->dv.data + bh * Skv * D;
+    for (int64_t x = 0; x < Sq * D; x++) oq[x] = f32_to_bf16(dq[x]);
+    for (int64_t x = 0; x < Skv * D; x++) {
+      ok[x] = f32_to_bf16(dk[x]);
+      ov[x] = f32_to_bf16(dv[x]);
+    }
+  }
+  free(dq), free(dk), free(dv), free(delta), free(qi), free(doi);
+  return 0;
+}
+
+VSALAB_PLUGIN_EXPORT int
+vsalab_backward(const vsalab_plugin_args *a, char *err, size_t err_len)
+{
+  return backward(a, err, err_len, a->sm_scale);
+}
+
+VSALAB_PLUGIN_EXPORT int
+example_unscaled_backward(const vsalab_plugin_args *a, char *err, size_t err_len)
+{
+  return backward(a, err, err_len, 1.0f);
+}
+
+VSALAB_PLUGIN_EXPORT int
+example_failing_backward(const vsalab_plugin_args *a, char *err, size_t err_len)
+{
+  snprintf(err, err_len, "example: refused on purpose (B=%d H=%d Sq=%d)", a->B, a->H, a->Sq);
+  return VSALAB_PLUGIN_E_INVALID;
+}

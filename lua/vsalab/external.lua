@@ -1,0 +1,283 @@
+-- External backends: a backward that runs in another process (a Python
+-- kernel, another framework), handed the point's exact inputs as .npy files
+-- and checked and logged like vsalab's own (README, "External backends").
+--
+-- external{name=, cmd={"python3", "peer.py", ...}, supported=function(device,
+--   p) -> ok, why, description=, bench_opts=, keep=false} -> the backend.
+--
+-- The protocol (version 1). For each call vsalab makes a fresh directory
+-- DIR, writes into it
+--   q.npy k.npy v.npy dO.npy o.npy (bf16 stored as uint16 '<u2': view the
+--   bits as bfloat16, e.g. torch.from_numpy(a).view(torch.bfloat16)),
+--   lse.npy (f32, M format), q2k_idx.npy q2k_num.npy k2q_idx.npy
+--   k2q_num.npy variable_block_sizes.npy (i32; the lists canonical: rows
+--   ascending, no repeats, -1 past each count; q2k [B,H,nq,W] with W the
+--   longest row, k2q [B,H,nkv,nq]),
+--   job.json: {protocol=1, backend, device ('cpu' or 'cuda'), cuda_device,
+--   B, H, Sq, Skv, D, nq, nkv, block=64, sm_scale, inputs={name={file,
+--   dtype, stored_as, shape}}, outputs={dq|dk|dv={file, shape}}, bench
+--   (null: compute once, no timing; else {warmup, min_samples, max_noise,
+--   min_time, max_time (s), max_samples, repeats, hold, mode}), timing_file}
+-- and runs `cmd... DIR`. The peer writes dq.npy, dk.npy, dv.npy (uint16
+-- bf16 bits, or float32: converted to bf16 with round to nearest even) and,
+-- when bench is not null, timing.json: {"samples_ms": [...], "clock":
+-- "cuda", "mode": "hot", "stop": "noise", "note": "...", "extra": {...}}.
+-- Exit status 0 on success; anything else fails the point with the
+-- peer's last output lines ("backend NAME failed: ..."). stdout and stderr
+-- go to DIR/peer.log; DIR is removed afterwards unless keep (or
+-- VSALAB_KEEP_PEER_DIR=1).
+local core = require "vsalab.core"
+local json = require "vsalab.json"
+
+local M = {}
+
+local function quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function tail_lines(text, n)
+  local lines = {}
+  for l in (text or ""):gmatch("[^\n]+") do lines[#lines + 1] = l end
+  local from = math.max(1, #lines - n + 1)
+  return table.concat(lines, " | ", from)
+end
+
+-- The canonical lists of p, q2k cut to the longest row.
+local function lists(p)
+  local qi, qn = core.invert_indices(p.k2q_idx, p.k2q_num, p.nq)
+  local ki, kn = core.invert_indices(qi, qn, p.nkv)
+  local w = 1
+  for _, row in ipairs(qn:reshape{qn:numel()}:to("cpu"):to_table()) do
+    if row > w then w = row end
+  end
+  if w < qi.shape[4] then
+    local cut = qi:narrow(4, 1, w):contiguous()
+    qi:free()
+    qi = cut
+  end
+  return qi, qn, ki, kn
+end
+
+local function mkdir_temp()
+  local base = os.getenv("VSALAB_PEER_TMP") or os.getenv("TMPDIR") or "/tmp"
+  local h = io.popen("mktemp -d " .. quote(base .. "/vsalab-peer.XXXXXX") .. " 2>/dev/null")
+  local d = h and h:read("*l")
+  if h then h:close() end
+  if not d or d == "" then error("external backend: cannot make a directory under " .. base, 0) end
+  return d
+end
+
+-- Write p's inputs and job.json into dir; bench = nil (compute only) or
+-- the timing options.
+function M.write_job(dir, name, p, bench)
+  local qi, qn, ki, kn = lists(p)
+  local ins = {q = p.q, k = p.k, v = p.v, dO = p.dO, o = p.o, lse = p.lse, q2k_idx = qi,
+    q2k_num = qn, k2q_idx = ki, k2q_num = kn, variable_block_sizes = p.vbs}
+  local inputs = {}
+  for key, t in pairs(ins) do
+    core.npy_save(dir .. "/" .. key .. ".npy", t)
+    inputs[key] = {file = key .. ".npy", dtype = t.dtype,
+      stored_as = ({bf16 = "uint16", f32 = "float32", i32 = "int32"})[t.dtype], shape = t.shape}
+  end
+  for _, t in ipairs{qi, qn, ki, kn} do t:free() end
+  local dev = p.q.device
+  local job = {protocol = 1, backend = name, device = dev == "cpu" and "cpu" or "cuda",
+    cuda_device = dev ~= "cpu" and tonumber(dev:match("%d+")) or json.null,
+    B = p.B, H = p.H, Sq = p.Sq, Skv = p.Skv, D = p.D, nq = p.nq, nkv = p.nkv, block = 64,
+    sm_scale = p.sm_scale, inputs = inputs,
+    outputs = {dq = {file = "dq.npy", shape = p.q.shape}, dk = {file = "dk.npy", shape = p.k.shape},
+      dv = {file = "dv.npy", shape = p.k.shape}},
+    bench = bench or json.null, timing_file = "timing.json"}
+  local f = assert(io.open(dir .. "/job.json", "w"))
+  f:write(json.encode(job), "\n")
+  f:close()
+end
+
+-- Run backend b's command on p: outputs {dq, dk, dv} on p's device, and the
+-- parsed timing.json (or nil without bench).
+function M.call(b, p, bench)
+  local dir = mkdir_temp()
+  local keep = b.keep or os.getenv("VSALAB_KEEP_PEER_DIR") == "1"
+  local ok, outs, timing = pcall(function()
+    M.write_job(dir, b.name, p, bench)
+    local parts = {}
+    for i, a in ipairs(b.cmd) do parts[i] = quote(a) end
+    -- Through popen, not os.execute: system() ignores SIGINT while it
+    -- waits, so a Ctrl-C would kill the peer but not stop vsalab. The shell
+    -- writes the peer's exit status to DIR/status.
+    local cmdline = "(" .. table.concat(parts, " ") .. " " .. quote(dir) .. " >" .. quote(dir .. "/peer.log")
+      .. " 2>&1; echo $? >" .. quote(dir .. "/status") .. ")"
+    local h = io.popen(cmdline, "r")
+    if not h then error(string.format("backend %s failed: cannot start %s", b.name, b.cmd[1]), 0) end
+    h:read("*a")
+    h:close()
+    local rc = tonumber((read_file(dir .. "/status") or ""):match("%d+"))
+    if rc ~= 0 then
+      error(string.format("backend %s failed: peer exited with status %s: %s", b.name, tostring(rc),
+        tail_lines(read_file(dir .. "/peer.log"), 4)), 0)
+    end
+    local o = {}
+    local dev = p.q.device
+    for name, shape in pairs{dq = p.q.shape, dk = p.k.shape, dv = p.k.shape} do
+      local path = dir .. "/" .. name .. ".npy"
+      local fh = io.open(path, "rb")
+      if fh then fh:close() else
+        error(string.format("backend %s failed: the peer wrote no %s.npy: %s", b.name, name,
+          tail_lines(read_file(dir .. "/peer.log"), 4)), 0)
+      end
+      local okl, t = pcall(core.npy_load, path, {dtype = "bf16", shape = shape, device = dev})
+      if not okl then error(string.format("backend %s failed: %s", b.name, tostring(t)), 0) end
+      o[name] = t
+    end
+    local tm
+    if bench then
+      local text = read_file(dir .. "/timing.json")
+      if not text then error(string.format("backend %s failed: the peer wrote no timing.json", b.name), 0) end
+      local okj, t = pcall(json.decode, text)
+      if not okj or type(t) ~= "table" or type(t.samples_ms) ~= "table" or #t.samples_ms == 0 then
+        error(string.format("backend %s failed: timing.json holds no samples_ms list", b.name), 0)
+      end
+      for _, x in ipairs(t.samples_ms) do
+        if type(x) ~= "number" or not (x > 0 and x < math.huge) then
+          error(string.format("backend %s failed: timing.json: sample %s is not a positive time in ms", b.name, tostring(x)), 0)
+        end
+      end
+      tm = t
+    end
+    return o, tm
+  end)
+  if not keep then os.execute("rm -rf " .. quote(dir)) end
+  if not ok then error(outs, 0) end
+  return outs, timing
+end
+
+function M.external(o)
+  if type(o) ~= "table" then error("backends.external: expected a table {name=, cmd={...}}", 2) end
+  local known = {name = true, cmd = true, supported = true, description = true, bench_opts = true, keep = true}
+  for k in pairs(o) do
+    if not known[k] then error("backends.external: unknown field '" .. tostring(k) .. "' (takes name, cmd, supported, description, bench_opts, keep)", 2) end
+  end
+  if type(o.name) ~= "string" or not o.name:match("^[%w_.:%-]+$") then
+    error("backends.external: field 'name' must be letters, digits and _ . : -", 2)
+  end
+  if type(o.cmd) ~= "table" or #o.cmd == 0 then
+    error("backends.external: field 'cmd' must be a non-empty list of strings (the command; DIR is appended)", 2)
+  end
+  for i, a in ipairs(o.cmd) do
+    if type(a) ~= "string" then error("backends.external: cmd[" .. i .. "] must be a string", 2) end
+  end
+  if o.supported ~= nil and type(o.supported) ~= "function" then
+    error("backends.external: field 'supported' must be a function(device, p) -> ok, why", 2)
+  end
+  local backends = require "vsalab.backends"
+  local b = {name = o.name, cmd = o.cmd, keep = o.keep, external = true,
+    description = o.description or ("external: " .. table.concat(o.cmd, " ")),
+    supported = o.supported, bench_opts = o.bench_opts or backends.kernel_bench_opts,
+    origin = {kind = "external", name = o.name, cmd = o.cmd}}
+  b.run = function(p)
+    local outs = M.call(b, p, nil)
+    return outs.dq, outs.dk, outs.dv
+  end
+  -- The experiment's timing: the peer times itself with vsalab's bench
+  -- options and reports its samples; vsalab turns them into the same
+  -- statistics as its own.
+  b.measure = function(p, opts)
+    local bopts = {}
+    for k, v in pairs(opts or {}) do bopts[k] = v end
+    bopts.warmup = bopts.warmup or 3
+    bopts.min_samples = bopts.min_samples or 10
+    bopts.max_noise = bopts.max_noise or 0.005
+    bopts.min_time = bopts.min_time or 0.5
+    bopts.max_time = bopts.max_time or 15
+    bopts.max_samples = bopts.max_samples or 100000
+    bopts.mode = bopts.mode or "hot"
+    if bopts.hold == nil then bopts.hold = true end
+    local outs, t = M.call(b, p, bopts)
+    local st = require("vsalab.bench").stats(t.samples_ms)
+    st.clock = type(t.clock) == "string" and t.clock or "peer"
+    st.mode = type(t.mode) == "string" and t.mode or "hot"
+    st.stop = type(t.stop) == "string" and t.stop or nil
+    st.peer = {note = t.note, extra = t.extra}
+    return outs, st
+  end
+  return backends.register(b)
+end
+
+-- Peers that `peers=NAME` (experiments) and `vsalab.backends.peer(NAME)`
+-- know, relative to the repository root (the working directory).
+M.peers = {
+  triton = {
+    cmd = {"python3", "tests/gpu/peers/triton_peer.py"},
+    description = "FastVideo's public Triton VSA backward and inversion (.peer/, external)",
+    needs = {"tests/gpu/peers/triton_peer.py", ".peer/fastvideo_triton/block_sparse_attn_triton.py",
+      ".peer/fastvideo_triton/index.py"},
+    hint = "run tests/gpu/fetch_peer.sh (and carry .peer to the GPU machine)",
+    device = "cuda", D = {64, 128},
+  },
+  numpy = {
+    cmd = {"python3", "tests/peers/numpy_peer.py"},
+    description = "the CPU reference backward in numpy (protocol test)",
+    needs = {"tests/peers/numpy_peer.py"},
+    hint = "run from the repository root", python_module = "numpy",
+  },
+  ["lua-ref"] = {
+    cmd = {"@vsalab", "run", "tests/peers/ref_peer.lua"},
+    description = "vsalab's reference backward in a second vsalab process (protocol test)",
+    needs = {"tests/peers/ref_peer.lua"}, hint = "run from the repository root",
+  },
+}
+
+local function exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() return true end
+  return false
+end
+
+-- Register peer `name`; it is unavailable (supported -> false, why) when
+-- its files, python module or device are missing.
+function M.peer(name)
+  local d = M.peers[name]
+  if not d then
+    local names = {}
+    for k in pairs(M.peers) do names[#names + 1] = k end
+    table.sort(names)
+    error("peers: no peer named '" .. tostring(name) .. "' (known: " .. table.concat(names, ", ") .. ")", 0)
+  end
+  local cmd = {}
+  for i, a in ipairs(d.cmd) do
+    cmd[i] = a == "@vsalab" and ((package.loaded.vsalab.context or {}).exe or "vsalab") or a
+  end
+  local missing
+  for _, f in ipairs(d.needs or {}) do
+    if not exists(f) then missing = missing or (f .. " is missing: " .. d.hint) end
+  end
+  local mod_ok
+  return M.external{name = name, cmd = cmd, description = d.description,
+    supported = function(device, p)
+      if missing then return false, name .. ": " .. missing end
+      if d.device and device ~= d.device then return false, name .. " runs on " .. d.device .. " tensors" end
+      if d.D and p and p.D then
+        local ok = false
+        for _, x in ipairs(d.D) do ok = ok or x == p.D end
+        if not ok then return false, name .. " takes D in {" .. table.concat(d.D, ", ") .. "}" end
+      end
+      if d.python_module then
+        if mod_ok == nil then
+          mod_ok = os.execute("python3 -c 'import " .. d.python_module .. "' >/dev/null 2>&1")
+          mod_ok = mod_ok == 0 or mod_ok == true
+        end
+        if not mod_ok then return false, name .. ": python3 cannot import " .. d.python_module end
+      end
+      return true
+    end}
+end
+
+return M

@@ -1,0 +1,175 @@
+-- The comparison view of `vsalab report A B`: two runs, or two kernels of
+-- runs (RUN:KERNEL, e.g. 7:sm90a 7:triton: the same inputs), point by
+-- point as `vsalab compare` sets them (lua/vsalab/compare.lua): both
+-- medians, B/A and the verdict; a chart of B/A against tokens (log2), one
+-- series per experiment, heads and density, points coloured by verdict;
+-- and the rel L2 errors against the fp64 oracle of both sides, output by
+-- output. An HTML fragment (inline SVG, no script) that htmlreport puts
+-- before the per-run sections.
+local compare = require "vsalab.compare"
+
+local M = {}
+
+local function esc(s)
+  return (tostring(s):gsub("[&<>\"]", {["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;"}))
+end
+
+local function num(v, f)
+  if type(v) ~= "number" then return "" end
+  return string.format(f, v)
+end
+
+local verdict_color = {SAME = "#7f7f7f", FAST = "#2ca02c", SLOW = "#d62728", AMBIGUOUS = "#ff7f0e"}
+local palette = {"#1f77b4", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#bcbd22", "#7f7f7f"}
+
+-- B/A against tokens: series = {{name, color, points = {{tokens, ratio, verdict}}}}.
+function M.ratio_chart(title, series)
+  local W, Hh, L, R, T, B = 820, 320, 64, 250, 34, 46
+  local xmin, xmax, ymin, ymax = math.huge, -math.huge, 1, 1
+  for _, s in ipairs(series) do
+    for _, p in ipairs(s.points) do
+      local x = math.log(p[1]) / math.log(2)
+      xmin, xmax = math.min(xmin, x), math.max(xmax, x)
+      ymin, ymax = math.min(ymin, p[2]), math.max(ymax, p[2])
+    end
+  end
+  if xmin == math.huge then return "" end
+  if xmax == xmin then xmin, xmax = xmin - 1, xmax + 1 end
+  -- Room around 1.0 and the data, on a linear ratio axis.
+  local span = math.max(ymax - ymin, 0.1)
+  ymin, ymax = math.max(0, ymin - 0.1 * span), ymax + 0.1 * span
+  local pw, ph = W - L - R, Hh - T - B
+  local function X(v) return L + (math.log(v) / math.log(2) - xmin) / (xmax - xmin) * pw end
+  local function Y(v) return T + ph - (v - ymin) / (ymax - ymin) * ph end
+  local o = {string.format('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img">', W, Hh, W, Hh)}
+  o[#o + 1] = string.format('<text x="%d" y="20" font-size="15" font-weight="600">%s</text>', L, esc(title))
+  local step = 10 ^ math.floor(math.log10((ymax - ymin) / 4))
+  for _, m in ipairs{1, 2, 5, 10} do if (ymax - ymin) / (step * m) <= 6 then step = step * m; break end end
+  for y = math.ceil(ymin / step) * step, ymax, step do
+    o[#o + 1] = string.format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>', L, Y(y), L + pw, Y(y))
+    o[#o + 1] = string.format('<text x="%d" y="%.1f" font-size="11" text-anchor="end" fill="#444">%.3g</text>', L - 6, Y(y) + 4, y)
+  end
+  for e = math.ceil(xmin), math.floor(xmax) do
+    local v = 2 ^ e
+    local label = v >= 1024 and string.format("%gk", v / 1024) or tostring(v)
+    o[#o + 1] = string.format('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#f0f0f0"/>', X(v), T, X(v), T + ph)
+    o[#o + 1] = string.format('<text x="%.1f" y="%d" font-size="11" text-anchor="middle" fill="#444">%s</text>', X(v), T + ph + 16, label)
+  end
+  -- Parity: B as fast as A.
+  o[#o + 1] = string.format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#333" stroke-dasharray="5 3"/>', L, Y(1), L + pw, Y(1))
+  o[#o + 1] = string.format('<text x="%d" y="%.1f" font-size="11" fill="#333">B = A</text>', L + pw + 6, Y(1) + 4)
+  o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>', L, T + ph, L + pw, T + ph)
+  o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#333"/>', L, T, L, T + ph)
+  o[#o + 1] = string.format('<text x="%d" y="%d" font-size="12" text-anchor="middle">tokens (log2)</text>', L + math.floor(pw / 2), Hh - 8)
+  o[#o + 1] = string.format('<text transform="translate(16,%d) rotate(-90)" font-size="12" text-anchor="middle">B/A time (below 1: B faster)</text>', T + math.floor(ph / 2))
+  for i, s in ipairs(series) do
+    table.sort(s.points, function(a, b) return a[1] < b[1] end)
+    local pts = {}
+    for _, p in ipairs(s.points) do pts[#pts + 1] = string.format("%.1f,%.1f", X(p[1]), Y(p[2])) end
+    o[#o + 1] = string.format('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>', s.color, table.concat(pts, " "))
+    for _, p in ipairs(s.points) do
+      o[#o + 1] = string.format('<circle cx="%.1f" cy="%.1f" r="5" fill="%s" stroke="%s" stroke-width="2"><title>%s: %g tokens, B/A %.3f, %s</title></circle>',
+        X(p[1]), Y(p[2]), verdict_color[p[3]] or "#000", s.color, esc(s.name), p[1], p[2], esc(p[3]))
+    end
+    local ly = T + 8 + (i - 1) * 18
+    o[#o + 1] = string.format('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>', L + pw + 50, ly, L + pw + 74, ly, s.color)
+    o[#o + 1] = string.format('<text x="%d" y="%d" font-size="11">%s</text>', L + pw + 80, ly + 4, esc(s.name))
+  end
+  -- Verdict key.
+  local ky = T + 8 + (#series + 1) * 18
+  for _, v in ipairs{"SAME", "FAST", "SLOW", "AMBIGUOUS"} do
+    o[#o + 1] = string.format('<circle cx="%d" cy="%d" r="5" fill="%s"/><text x="%d" y="%d" font-size="11">%s</text>',
+      L + pw + 62, ky, verdict_color[v], L + pw + 80, ky + 4, v)
+    ky = ky + 16
+  end
+  o[#o + 1] = "</svg>"
+  return table.concat(o, "\n")
+end
+
+-- The fragment for sides a, b ({run=, kernel=, label=} from
+-- compare.resolve_side) of db; opts as compare's (floor_pct, floor_ms).
+function M.render(db, a, b, opts)
+  opts = opts or compare.defaults
+  local rows, gate, matched = compare.compare(db, a.kernel and a or a.run, b.kernel and b or b.run, opts)
+  local o = {}
+  o[#o + 1] = string.format("<h2>Comparison: %s (A, baseline) vs %s (B)</h2>", esc(a.label), esc(b.label))
+  o[#o + 1] = '<div class="muted">Per point as <code>vsalab compare</code> matches them: medians, B/A time and the verdict, and each side\'s rel L2 error against the fp64 oracle.</div>'
+  local counts = {}
+  for _, r in ipairs(rows) do counts[r.verdict] = (counts[r.verdict] or 0) + 1 end
+  o[#o + 1] = string.format('<div class="note">%d matching point%s; SAME %d, FAST %d, <span class="%s">SLOW %d</span>, AMBIGUOUS %d, ONLY A %d, ONLY B %d; floors %.3g%% and %.3g ms. %s</div>',
+    matched, matched == 1 and "" or "s", counts.SAME or 0, counts.FAST or 0,
+    (counts.SLOW or 0) > 0 and "fail" or "", counts.SLOW or 0, counts.AMBIGUOUS or 0,
+    counts["ONLY A"] or 0, counts["ONLY B"] or 0, opts.floor_pct or 2, opts.floor_ms or 0.005,
+    gate and '<b class="fail">`vsalab compare` would fail this pair (SLOW, NEW FAIL or MISSING).</b>'
+      or "`vsalab compare` passes this pair.")
+  -- Ratio chart per experiment: one series per kernel, heads, density.
+  local pair = a.kernel and b.kernel
+  local groups, order = {}, {}
+  for _, r in ipairs(rows) do
+    if r.ratio and r.S then
+      local g = r.experiment .. " · B/A of " .. a.label .. " → " .. b.label
+      if not groups[g] then groups[g] = {}; order[#order + 1] = g end
+      -- Kernel pairs are named in the title; runs compare kernel by kernel.
+      local key = string.format("%sH%s %.0f%%%s", pair and "" or (r.kernel .. " "), tostring(r.H),
+        100 * (r.density or 0), r.ragged == 1 and " ragged" or "")
+      local s = groups[g][key]
+      if not s then s = {name = key, points = {}}; groups[g][key] = s end
+      s.points[#s.points + 1] = {r.S, r.ratio, r.verdict}
+    end
+  end
+  for _, g in ipairs(order) do
+    local series = {}
+    for _, s in pairs(groups[g]) do series[#series + 1] = s end
+    table.sort(series, function(x, y) return x.name < y.name end)
+    for i, s in ipairs(series) do s.color = palette[(i - 1) % #palette + 1] end
+    o[#o + 1] = M.ratio_chart(g, series)
+  end
+  if #order == 0 then o[#o + 1] = '<div class="note">No point is timed on both sides.</div>' end
+  -- Per point: medians, ratio and verdict; then the errors side by side.
+  local t1 = {'<div class="scroll"><table style="white-space:nowrap"><tr><th class="l">experiment · kernel</th><th>B·H</th><th>S</th><th>density</th><th class="l">mode</th>'
+    .. '<th>A ms</th><th>B ms</th><th>B/A</th><th class="l">verdict</th><th class="l">flags</th></tr>'}
+  local t2 = {'<h3>Errors against the fp64 oracle, side by side (rel L2)</h3><div class="scroll"><table style="white-space:nowrap"><tr><th class="l">experiment · kernel</th><th>B·H</th><th>S</th><th>density</th>'
+    .. '<th>dq A</th><th>dq B</th><th>dk A</th><th>dk B</th><th>dv A</th><th>dv B</th><th>check A</th><th>check B</th></tr>'}
+  local function err(r, name)
+    local e = r and r.errors and r.errors[name]
+    if not e then return "<td></td>" end
+    return string.format('<td class="%s">%s</td>', e.passed == 0 and "fail" or "", num(e.rel_l2, "%.2e"))
+  end
+  local function passed(r)
+    if not r or r.passed == nil then return "<td></td>" end
+    return r.passed == 1 and '<td class="pass">pass</td>' or '<td class="fail">FAIL</td>'
+  end
+  -- Matched points by experiment, kernel, heads, density, then tokens; the
+  -- points of one side only last (compare's order).
+  local shown = {}
+  for i, r in ipairs(rows) do shown[i] = r end
+  local function rank(r) return (r.verdict == "ONLY A" or r.verdict == "ONLY B") and 1 or 0 end
+  table.sort(shown, function(x, y)
+    if rank(x) ~= rank(y) then return rank(x) < rank(y) end
+    for _, k in ipairs{"experiment", "kernel", "H", "density", "ragged", "mode", "B", "S"} do
+      local u, v = x[k], y[k]
+      if u ~= v then
+        if type(u) == type(v) and (type(u) == "number" or type(u) == "string") then return u < v end
+        return tostring(u) < tostring(v)
+      end
+    end
+    return false
+  end)
+  for _, r in ipairs(shown) do
+    local vcls = (r.verdict == "SLOW" or r.flags ~= "") and "fail" or (r.verdict == "FAST" and "pass" or "")
+    local kernel = pair and b.kernel or r.kernel
+    local head = string.format('<tr><td class="l">%s · %s</td><td>%s·%s</td><td>%s</td><td>%s</td>',
+      esc(r.experiment), esc(kernel), num(r.B, "%d"), num(r.H, "%d"), num(r.S, "%d"), num(r.density, "%.3f"))
+    t1[#t1 + 1] = head .. string.format('<td class="l">%s</td><td>%s</td><td>%s</td><td>%s</td><td class="l %s">%s</td><td class="l %s">%s</td></tr>',
+      esc(r.mode or ""), num(r.a_ms, "%.4f"), num(r.b_ms, "%.4f"), num(r.ratio, "%.3f"), vcls, esc(r.verdict),
+      r.flags ~= "" and "fail" or "", esc(r.flags or ""))
+    t2[#t2 + 1] = head .. err(r.a, "dq") .. err(r.b, "dq") .. err(r.a, "dk") .. err(r.b, "dk")
+      .. err(r.a, "dv") .. err(r.b, "dv") .. passed(r.a) .. passed(r.b) .. "</tr>"
+  end
+  o[#o + 1] = table.concat(t1, "\n") .. "</table></div>"
+  o[#o + 1] = table.concat(t2, "\n")
+  o[#o + 1] = "</table></div>"
+  return table.concat(o, "\n")
+end
+
+return M

@@ -1,0 +1,114 @@
+-- Plug-in backwards: a shared library built against src/vsalab_plugin.h,
+-- dlopened and registered as a backend (README, "Plug-in backends").
+--
+-- load{path=, symbol='vsalab_backward', name=, supported=function(device, p)
+--   -> ok, why, description=, bench_opts=, user_data=} -> the backend.
+-- Raises naming the problem: a missing file, a library without
+-- vsalab_plugin_abi or built for another ABI version, a missing symbol.
+-- The backend's run(p) validates and canonicalises p's lists (each row
+-- ascending, q2k the transpose of k2q: the ABI's promise), NaN-fills fresh
+-- bf16 outputs and calls the plug-in; timed(p, outs) reuses outs and lists
+-- made once, so a CAPTURABLE plug-in's timed call queues only its own work.
+-- A plug-in's error raises "backend NAME failed: MESSAGE (code N)": an
+-- experiment logs the point as failed with that message and goes on.
+local core = require "vsalab.core"
+
+local M = {}
+
+M.default_symbol = "vsalab_backward"
+
+-- "build/libmine.so" -> "mine"
+local function stem(path)
+  local base = path:match("([^/]+)$") or path
+  return (base:gsub("^lib", ""):gsub("%.so[%.%d]*$", ""):gsub("%.dylib$", ""))
+end
+
+local function absolute(path)
+  if path:sub(1, 1) == "/" then return path end
+  local pwd = os.getenv("PWD")
+  return pwd and (pwd .. "/" .. path) or path
+end
+
+-- The ABI's lists from p's: q2k by inverting k2q (validates every row),
+-- k2q by inverting that back (ascending q blocks, width nq).
+local function canonical(p)
+  local qi, qn = core.invert_indices(p.k2q_idx, p.k2q_num, p.nq)
+  local ki, kn = core.invert_indices(qi, qn, p.nkv)
+  return qi, qn, ki, kn
+end
+
+-- vbs must lie in [0, 64]: the plug-in indexes keys by it.
+local function check_vbs(p)
+  local v = p.vbs:to("cpu"):to_table()
+  for j, x in ipairs(v) do
+    if x < 0 or x > 64 then
+      error(string.format("variable_block_sizes: entry %d is %d, expected [0, 64]", j - 1, x), 0)
+    end
+  end
+end
+
+function M.load(o)
+  if type(o) ~= "table" then error("backends.load: expected a table {path=, symbol=, name=}", 2) end
+  local known = {path = true, symbol = true, name = true, supported = true, description = true,
+    bench_opts = true, user_data = true}
+  for k in pairs(o) do
+    if not known[k] then error("backends.load: unknown field '" .. tostring(k) .. "' (takes path, symbol, name, supported, description, bench_opts, user_data)", 2) end
+  end
+  if type(o.path) ~= "string" or o.path == "" then error("backends.load: field 'path' must name a shared library", 2) end
+  local symbol = o.symbol or M.default_symbol
+  if type(symbol) ~= "string" then error("backends.load: field 'symbol' must be a string", 2) end
+  if o.supported ~= nil and type(o.supported) ~= "function" then
+    error("backends.load: field 'supported' must be a function(device, p) -> ok, why", 2)
+  end
+  if o.user_data ~= nil and type(o.user_data) ~= "userdata" then
+    error("backends.load: field 'user_data' must be a light userdata", 2)
+  end
+  local name = o.name or (symbol == M.default_symbol and stem(o.path) or stem(o.path) .. "." .. symbol)
+  if type(name) ~= "string" or not name:match("^[%w_.:%-]+$") then
+    error("backends.load: field 'name' must be letters, digits and _ . : - (got " .. tostring(name) .. ")", 2)
+  end
+  local pl = core.plugin_open(o.path, symbol, name)
+  local info = pl:info()
+  local backends = require "vsalab.backends"
+  local b = {
+    name = name,
+    description = o.description or string.format("plug-in %s:%s (ABI %d%s%s%s)", o.path, symbol,
+      info.abi_version, info.cpu and ", cpu" or "", info.cuda and ", cuda" or "",
+      info.capturable and ", capturable" or ""),
+    plugin = pl,
+    -- A plug-in that may allocate or synchronise is neither captured nor
+    -- timed on a held stream.
+    capturable = info.capturable,
+    -- What `vsalab rerun` needs to load it again.
+    origin = {kind = "plugin", path = absolute(o.path), symbol = symbol, name = name},
+    bench_opts = o.bench_opts or backends.kernel_bench_opts,
+    supported = function(device, p)
+      if device == "cpu" and not info.cpu then return false, name .. " is a CUDA plug-in" end
+      if device ~= "cpu" and not info.cuda then return false, name .. " is a CPU plug-in" end
+      if o.supported then return o.supported(device, p) end
+      return true
+    end,
+  }
+  local ud = o.user_data
+  b.run = function(p)
+    check_vbs(p)
+    local qi, qn, ki, kn = canonical(p)
+    local dev = p.q.device
+    local dq = core.empty(p.q.shape, {dtype = "bf16", device = dev}):fill(0 / 0)
+    local dk = core.empty(p.k.shape, {dtype = "bf16", device = dev}):fill(0 / 0)
+    local dv = core.empty(p.k.shape, {dtype = "bf16", device = dev}):fill(0 / 0)
+    pl:backward(p.dO, p.q, p.k, p.v, p.o, p.lse, qi, qn, ki, kn, p.vbs, dq, dk, dv, p.sm_scale, ud)
+    for _, t in ipairs{qi, qn, ki, kn} do t:free() end
+    return dq, dk, dv
+  end
+  b.timed = function(p, outs)
+    local qi, qn, ki, kn = canonical(p)
+    return function()
+      pl:backward(p.dO, p.q, p.k, p.v, p.o, p.lse, qi, qn, ki, kn, p.vbs, outs.dq, outs.dk,
+        outs.dv, p.sm_scale, ud)
+    end
+  end
+  return backends.register(b)
+end
+
+return M

@@ -1,0 +1,238 @@
+/* l_plugin.c — plug-in backwards: dlopen a shared library built against
+ * src/vsalab_plugin.h and call its backward on vsalab tensors (class
+ * "vsa.Plugin"). The Lua side (lua/vsalab/plugin.lua) canonicalises the
+ * lists, allocates and poisons the outputs and registers the backend.
+ *
+ *   vsalab.plugin_open(path, symbol [, name]) -> plugin (raises: missing file,
+ *     missing symbol, no vsalab_plugin_abi, ABI version mismatch)
+ *   plugin:info() -> {abi_version=, cpu=, cuda=, capturable=, path=, symbol=}
+ *   plugin:backward(dO, q, k, v, o, lse, q2k_idx, q2k_num, k2q_idx, k2q_num,
+ *     vbs, dq, dk, dv, sm_scale [, user_data]) -> nothing; a plug-in error
+ *     raises "backend <name> failed: <message> (code N)".
+ * Libraries are never dlclosed: a plug-in may have registered CUDA kernels
+ * or atexit handlers that must outlive the Lua object.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "device.h"
+#include "l_args.h"
+#include "lua_api.h"
+#include "vsalab_plugin.h"
+
+#define VSA_PLUGIN_MT "vsa.Plugin"
+
+typedef struct {
+  vsalab_plugin_backward_fn fn;
+  vsalab_plugin_info info;
+  char path[1024];
+  char symbol[256];
+  char name[128]; /* the backend's name, in error messages */
+} vsa_plugin;
+
+/* vsalab.plugin_open(path, symbol) */
+static int
+l_plugin_open(lua_State *L)
+{
+  const char *path = luaL_checkstring(L, 1);
+  const char *symbol = luaL_checkstring(L, 2);
+  const char *name = luaL_optstring(L, 3, symbol);
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return vsa_lua_errorf(L, "plugin: no file '%s'", path);
+  /* A path without '/' would make dlopen search the library path instead. */
+  char full[1100];
+  snprintf(full, sizeof full, "%s%s", strchr(path, '/') ? "" : "./", path);
+  void *h = dlopen(full, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return vsa_lua_errorf(L, "plugin: cannot load '%s': %s", path, dlerror());
+  typedef const vsalab_plugin_info *(*abi_fn)(void);
+  abi_fn abi = (abi_fn)dlsym(h, VSALAB_PLUGIN_ABI_SYMBOL);
+  if (!abi)
+    return vsa_lua_errorf(L, "plugin: '%s' does not export %s(): build it against "
+                             "src/vsalab_plugin.h with VSALAB_PLUGIN_DEFINE(devices, flags)",
+                          path, VSALAB_PLUGIN_ABI_SYMBOL);
+  const vsalab_plugin_info *info = abi();
+  if (!info) return vsa_lua_errorf(L, "plugin: %s() of '%s' returned NULL", VSALAB_PLUGIN_ABI_SYMBOL, path);
+  if (info->abi_version != VSALAB_PLUGIN_ABI_VERSION)
+    return vsa_lua_errorf(L, "plugin: '%s' was built for plug-in ABI version %u, this vsalab "
+                             "speaks version %d: rebuild it against this src/vsalab_plugin.h",
+                          path, info->abi_version, VSALAB_PLUGIN_ABI_VERSION);
+  if (!(info->devices & (VSALAB_PLUGIN_CPU | VSALAB_PLUGIN_CUDA)))
+    return vsa_lua_errorf(L, "plugin: '%s' declares no device (VSALAB_PLUGIN_CPU, VSALAB_PLUGIN_CUDA)", path);
+  dlerror();
+  void *f = dlsym(h, symbol);
+  if (!f)
+    return vsa_lua_errorf(L, "plugin: '%s' has no symbol '%s' (exported with C linkage "
+                             "and default visibility?)", path, symbol);
+  vsa_plugin *p = lua_newuserdata(L, sizeof *p);
+  memset(p, 0, sizeof *p);
+  p->fn = (vsalab_plugin_backward_fn)f;
+  p->info = *info;
+  snprintf(p->path, sizeof p->path, "%s", path);
+  snprintf(p->symbol, sizeof p->symbol, "%s", symbol);
+  snprintf(p->name, sizeof p->name, "%s", name);
+  luaL_getmetatable(L, VSA_PLUGIN_MT);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+static vsa_plugin *
+check_plugin(lua_State *L)
+{
+  return luaL_checkudata(L, 1, VSA_PLUGIN_MT);
+}
+
+static int
+l_plugin_info(lua_State *L)
+{
+  vsa_plugin *p = check_plugin(L);
+  lua_createtable(L, 0, 6);
+  lua_pushinteger(L, p->info.abi_version);
+  lua_setfield(L, -2, "abi_version");
+  lua_pushboolean(L, (p->info.devices & VSALAB_PLUGIN_CPU) != 0);
+  lua_setfield(L, -2, "cpu");
+  lua_pushboolean(L, (p->info.devices & VSALAB_PLUGIN_CUDA) != 0);
+  lua_setfield(L, -2, "cuda");
+  lua_pushboolean(L, (p->info.flags & VSALAB_PLUGIN_CAPTURABLE) != 0);
+  lua_setfield(L, -2, "capturable");
+  lua_pushstring(L, p->path);
+  lua_setfield(L, -2, "path");
+  lua_pushstring(L, p->symbol);
+  lua_setfield(L, -2, "symbol");
+  return 1;
+}
+
+static int
+l_plugin_tostring(lua_State *L)
+{
+  vsa_plugin *p = check_plugin(L);
+  lua_pushfstring(L, "Plugin %s:%s", p->path, p->symbol);
+  return 1;
+}
+
+/* The tensor at idx as the ABI sees it, after checking dtype, rank, shape
+ * (want; -1 entries are free), contiguity and device. */
+static vsalab_plugin_tensor
+abi_tensor(lua_State *L, int idx, const char *name, vsa_dtype dt, int ndim,
+           const int64_t *want, int dev)
+{
+  vsa_tensor *t = vsa_lua_checkarg(L, idx, name, dt, ndim);
+  int64_t w[4];
+  for (int d = 0; d < ndim; d++) w[d] = want[d] < 0 ? t->shape[d] : want[d];
+  vsa_arg_shape(L, t, name, ndim, w);
+  vsa_arg_device(L, t, name, dev, "q");
+  vsalab_plugin_tensor a;
+  memset(&a, 0, sizeof a);
+  a.data = vsa_tensor_data(t);
+  a.dtype = dt == VSA_BF16 ? VSALAB_PLUGIN_BF16 : dt == VSA_F32 ? VSALAB_PLUGIN_F32
+          : dt == VSA_F64 ? VSALAB_PLUGIN_F64 : dt == VSA_I32 ? VSALAB_PLUGIN_I32
+          : VSALAB_PLUGIN_I64;
+  a.ndim = ndim;
+  for (int d = 0; d < 4; d++) {
+    a.shape[d] = d < ndim ? t->shape[d] : 1;
+    a.stride[d] = d < ndim ? t->stride[d] : 1;
+  }
+  return a;
+}
+
+/* plugin:backward(dO, q, k, v, o, lse, q2k_idx, q2k_num, k2q_idx, k2q_num,
+ *   vbs, dq, dk, dv, sm_scale [, user_data]) at stack 2..17. */
+static int
+l_plugin_backward(lua_State *L)
+{
+  vsa_plugin *p = check_plugin(L);
+  vsa_tensor *q = vsa_lua_checkarg(L, 3, "q", VSA_BF16, 4);
+  vsa_tensor *k = vsa_lua_checkarg(L, 4, "k", VSA_BF16, 4);
+  int dev = q->device;
+  int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3];
+  int64_t Skv = k->shape[2];
+  if (Sq % 64 || Skv % 64 || Sq == 0 || Skv == 0)
+    return vsa_lua_errorf(L, "plugin %s: sequence lengths %lld, %lld must be positive multiples of 64",
+                          p->symbol, (long long)Sq, (long long)Skv);
+  if ((dev == VSA_CPU && !(p->info.devices & VSALAB_PLUGIN_CPU)) ||
+      (dev != VSA_CPU && !(p->info.devices & VSALAB_PLUGIN_CUDA)))
+    return vsa_lua_errorf(L, "plugin %s: does not take %s tensors (it declares %s%s)", p->symbol,
+                          dev == VSA_CPU ? "cpu" : "cuda",
+                          p->info.devices & VSALAB_PLUGIN_CPU ? "cpu " : "",
+                          p->info.devices & VSALAB_PLUGIN_CUDA ? "cuda" : "");
+  int64_t nq = Sq / 64, nkv = Skv / 64;
+  int64_t sq[4] = {B, H, Sq, D}, sk[4] = {B, H, Skv, D}, sl[3] = {B, H, Sq};
+  int64_t sqi[4] = {B, H, nq, nkv}, sqn[3] = {B, H, nq};
+  int64_t ski[4] = {B, H, nkv, nq}, skn[3] = {B, H, nkv}, sv[1] = {nkv};
+  vsalab_plugin_args a;
+  memset(&a, 0, sizeof a);
+  a.abi_version = VSALAB_PLUGIN_ABI_VERSION;
+  a.struct_size = sizeof a;
+  a.device = dev;
+  a.B = (int32_t)B, a.H = (int32_t)H, a.Sq = (int32_t)Sq, a.Skv = (int32_t)Skv;
+  a.D = (int32_t)D, a.nq = (int32_t)nq, a.nkv = (int32_t)nkv;
+  a.dO = abi_tensor(L, 2, "dO", VSA_BF16, 4, sq, dev);
+  a.q = abi_tensor(L, 3, "q", VSA_BF16, 4, sq, dev);
+  a.k = abi_tensor(L, 4, "k", VSA_BF16, 4, sk, dev);
+  a.v = abi_tensor(L, 5, "v", VSA_BF16, 4, sk, dev);
+  a.o = abi_tensor(L, 6, "o", VSA_BF16, 4, sq, dev);
+  a.lse = abi_tensor(L, 7, "lse", VSA_F32, 3, sl, dev);
+  a.q2k_idx = abi_tensor(L, 8, "q2k_idx", VSA_I32, 4, sqi, dev);
+  a.q2k_num = abi_tensor(L, 9, "q2k_num", VSA_I32, 3, sqn, dev);
+  a.k2q_idx = abi_tensor(L, 10, "k2q_idx", VSA_I32, 4, ski, dev);
+  a.k2q_num = abi_tensor(L, 11, "k2q_num", VSA_I32, 3, skn, dev);
+  a.variable_block_sizes = abi_tensor(L, 12, "variable_block_sizes", VSA_I32, 1, sv, dev);
+  a.dq = abi_tensor(L, 13, "dq", VSA_BF16, 4, sq, dev);
+  a.dk = abi_tensor(L, 14, "dk", VSA_BF16, 4, sk, dev);
+  a.dv = abi_tensor(L, 15, "dv", VSA_BF16, 4, sk, dev);
+  /* The outputs must not alias each other or an input. */
+  for (int x = 13; x <= 15; x++)
+    for (int y = 2; y < x; y++)
+      if (((vsa_tensor *)lua_touserdata(L, x))->st == ((vsa_tensor *)lua_touserdata(L, y))->st)
+        return vsa_lua_errorf(L, "plugin %s: output %d shares memory with argument %d", p->symbol,
+                              x - 12, y - 1);
+  double sm = luaL_checknumber(L, 16);
+  if (!(sm >= 1e-30 && sm <= 1e30)) return vsa_lua_errorf(L, "plugin %s: sm_scale must be in [1e-30, 1e30]", p->symbol);
+  a.sm_scale = (float)sm;
+  a.user_data = lua_islightuserdata(L, 17) ? lua_touserdata(L, 17) : NULL;
+  if (dev != VSA_CPU) {
+    /* The tensors' device is current for the call (set only when it is
+     * not: this may run inside a graph capture). */
+    int cur = -1;
+    cudaError_t e = cudaGetDevice(&cur);
+    if (e == cudaSuccess && cur != dev) e = cudaSetDevice(dev);
+    if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "plugin device");
+    a.stream = (void *)vsa_stream();
+  }
+  char err[1024];
+  err[0] = 0;
+  int rc = p->fn(&a, err, sizeof err);
+  if (rc == 0) return 0;
+  err[sizeof err - 1] = 0;
+  /* A plug-in that faulted the GPU and then returned an error: the sticky
+   * CUDA error wins, so the run ends as for our own kernels' faults. */
+  if (dev != VSA_CPU) {
+    cudaError_t e = cudaStreamQuery(vsa_stream());
+    if (e != cudaSuccess && e != cudaErrorNotReady && e != cudaErrorStreamCaptureUnsupported &&
+        e != cudaErrorStreamCaptureInvalidated)
+      vsa_arg_raise_cuda(L, e, p->symbol);
+  }
+  return vsa_lua_errorf(L, "backend %s failed: %s (code %d)", p->name,
+                        err[0] ? err : "no message", rc);
+}
+
+static const luaL_Reg methods[] = {
+    {"info", l_plugin_info}, {"backward", l_plugin_backward}, {NULL, NULL}};
+
+static const luaL_Reg functions[] = {{"plugin_open", l_plugin_open}, {NULL, NULL}};
+
+void
+vsa_lua_open_plugin(lua_State *L)
+{
+  luaL_newmetatable(L, VSA_PLUGIN_MT);
+  lua_pushcfunction(L, l_plugin_tostring);
+  lua_setfield(L, -2, "__tostring");
+  lua_newtable(L);
+  luaL_register(L, NULL, methods);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  luaL_register(L, NULL, functions);
+}

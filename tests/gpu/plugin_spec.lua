@@ -1,0 +1,52 @@
+-- GPU specs of plug-in backends (tag `gpu`; tests/gpu/run.sh plugin): the
+-- example CUDA plug-in (examples/plugins/cuda_backward.cu) through the
+-- CASES.md cases on CUDA, its timed call captured in a CUDA graph and timed
+-- on a held stream, and the CPU example refused on CUDA tensors.
+local H = require "helpers"
+
+local dir = os.getenv("VSALAB_PLUGIN_DIR") or (H.root .. "/build")
+
+describe("#gpu plug-in backends", function()
+  -- Registered for these tests only: the other GPU specs iterate over the
+  -- registry (the slow example must not meet case 12's 2^31 elements there).
+  local b
+  setup(function()
+    b = vsalab.backends.load{path = dir .. "/libvsalab_example_cuda.so", name = "example_cuda"}
+  end)
+  teardown(function()
+    vsalab.backends.unregister("example_cuda")
+    vsalab.backends.unregister("example_cpu_on_gpu")
+  end)
+
+  it("declares CUDA and capturable; the CPU example is refused on CUDA", function()
+    assert.is_true(b.capturable)
+    assert.is_true((b.supported("cuda")))
+    assert.is_false((b.supported("cpu")))
+    local c = vsalab.backends.load{path = dir .. "/libvsalab_example_cpu.so", name = "example_cpu_on_gpu"}
+    local ok, why = c.supported("cuda")
+    assert.is_false(ok)
+    assert.truthy(why:find("CPU plug-in", 1, true))
+  end)
+
+  it("passes the CASES.md cases on CUDA (all but the 2^31-element case 12)", function()
+    local only = {}
+    for i = 1, 14 do if i ~= 12 then only[#only + 1] = i end end
+    local failed = {}
+    for _, r in ipairs(vsalab.cases.run(b, {device = "cuda", seed = H.seed(), only = only})) do
+      if not r.passed then failed[#failed + 1] = vsalab.cases.format(r) end
+    end
+    assert.equal(0, #failed, table.concat(failed, "\n"))
+  end)
+
+  it("is timed on a held stream and captured in a CUDA graph, still correct", function()
+    local p = vsalab.problem.build{H = 2, Sq = 1024, density = 0.25, seed = H.seed()}
+    local dq, dk, dv = b.run(p)
+    local outs = {dq = dq, dk = dk, dv = dv}
+    for _, t in pairs(outs) do t:fill(0 / 0) end
+    local st = vsalab.bench(b.timed(p, outs), {mode = "graph", repeats = 5})
+    assert.equal("graph", st.mode)
+    local hot = vsalab.bench(b.timed(p, outs), {repeats = 5, hold = true})
+    assert.truthy(hot.median > 0)
+    assert.is_true(vsalab.check.spot_check(p, outs, {heads = 2}).passed)
+  end)
+end)

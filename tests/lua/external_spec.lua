@@ -1,0 +1,146 @@
+-- External backends (lua/vsalab/external.lua): .npy files both ways, the
+-- protocol end to end with a peer in a second vsalab process
+-- (tests/peers/ref_peer.lua, no Python needed) and, when numpy is
+-- installed, the numpy peer; peers that fail, write garbage or NaN.
+local H = require "helpers"
+
+describe("npy files", function()
+  local dir = H.tmpdir()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("round-trip every dtype and view", function()
+    local s = H.seed()
+    for _, dt in ipairs{"bf16", "f32", "f64", "i32", "i64"} do
+      local t = vsalab.empty({3, 5, 7}, {dtype = "f32"}):fill_randn{seed = s}:to_dtype(dt)
+      local path = dir .. "/" .. dt .. ".npy"
+      vsalab.npy_save(path, t:transpose(1, 3)) -- a strided view, written C-contiguous
+      local back = vsalab.npy_load(path, {shape = {7, 5, 3}})
+      assert.equal(dt, back.dtype)
+      assert.equal(0, vsalab.compare(back:to_dtype("f64"), t:transpose(1, 3):contiguous():to_dtype("f64")).max_abs)
+    end
+    -- f32 read as bf16 rounds like to_dtype.
+    local f = vsalab.empty({64}, {dtype = "f32"}):fill_randn{seed = s + 1}
+    vsalab.npy_save(dir .. "/f.npy", f)
+    local b = vsalab.npy_load(dir .. "/f.npy", {dtype = "bf16"})
+    assert.equal(0, vsalab.compare(b:to_dtype("f64"), f:to_dtype("bf16"):to_dtype("f64")).max_abs)
+  end)
+
+  it("writes the header numpy reads", function()
+    vsalab.npy_save(dir .. "/h.npy", vsalab.zeros({2, 3}, {dtype = "bf16"}))
+    local fh = assert(io.open(dir .. "/h.npy", "rb"))
+    local head = fh:read(128)
+    fh:close()
+    assert.equal("\147NUMPY\1\0", head:sub(1, 8))
+    assert.truthy(head:find("{'descr': '<u2', 'fortran_order': False, 'shape': (2, 3), }", 1, true))
+    assert.equal(0, (#head:match("^(.-\n)") ) % 64)
+  end)
+
+  it("refuses truncated, Fortran-order and misshapen files, naming them", function()
+    vsalab.npy_save(dir .. "/t.npy", vsalab.zeros({100}, {dtype = "f32"}))
+    local fh = assert(io.open(dir .. "/t.npy", "rb"))
+    local all = fh:read("*a")
+    fh:close()
+    H.write(dir .. "/cut.npy", all:sub(1, #all - 10))
+    assert.truthy(H.err(vsalab.npy_load, dir .. "/cut.npy"):find("cut.npy' is truncated", 1, true))
+    H.write(dir .. "/fo.npy", (all:gsub("'fortran_order': False", "'fortran_order': True ")))
+    assert.truthy(H.err(vsalab.npy_load, dir .. "/fo.npy"):find("Fortran order", 1, true))
+    assert.truthy(H.err(vsalab.npy_load, dir .. "/t.npy", {shape = {10, 10}}):find("expected shape [10,10], got [100]", 1, true))
+    H.write(dir .. "/no.npy", "hello")
+    assert.truthy(H.err(vsalab.npy_load, dir .. "/no.npy"):find("not a .npy file", 1, true))
+    assert.truthy(H.err(vsalab.npy_load, dir .. "/absent.npy"):find("no file", 1, true))
+  end)
+end)
+
+describe("json.decode", function()
+  it("parses what json.encode writes, and refuses garbage", function()
+    local t = vsalab.json.decode(vsalab.json.encode{samples_ms = {1.5, 2, 3}, note = "x\"y", ok = true, n = {a = {}}})
+    assert.same({1.5, 2, 3}, t.samples_ms)
+    assert.equal("x\"y", t.note)
+    assert.is_true(t.ok)
+    assert.truthy(H.err(vsalab.json.decode, "{not json"):find("json", 1, true))
+  end)
+end)
+
+describe("external backends", function()
+  local dir = H.tmpdir()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+  local smoke = H.root .. "/experiments/smoke.lua -a density=[0.5]"
+
+  it("refuse bad declarations", function()
+    assert.truthy(H.err(vsalab.backends.external, {name = "x"}):find("field 'cmd'", 1, true))
+    assert.truthy(H.err(vsalab.backends.external, {name = "a b", cmd = {"true"}}):find("field 'name'", 1, true))
+    assert.truthy(H.err(vsalab.backends.external, {name = "x", cmd = {"true"}, foo = 1}):find("unknown field 'foo'", 1, true))
+    assert.truthy(H.err(vsalab.backends.peer, "nosuch"):find("known: ", 1, true))
+  end)
+
+  it("run a peer process on the point's exact inputs, checked and timed in the same run", function()
+    local db = dir .. "/e.db"
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. smoke .. " peers=lua-ref")
+    assert(rc == 0, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q([[SELECT kernel, point_hash, passed, tflops, samples, extra FROM result
+                       WHERE kernel IN ('reference', 'lua-ref') ORDER BY point_hash, kernel]])
+    d:close()
+    assert.equal(4, #rows)
+    for i = 1, 4, 2 do -- same point, both kernels, both checked
+      assert.equal(rows[i].point_hash, rows[i + 1].point_hash)
+      assert.equal(1, rows[i].passed)
+      assert.equal(1, rows[i + 1].passed)
+    end
+    for _, r in ipairs(rows) do
+      if r.kernel == "lua-ref" then
+        assert.truthy(r.samples >= 20) -- the peer followed vsalab's bench options
+        assert.truthy(r.extra:find("second process", 1, true), r.extra)
+      end
+    end
+    -- The outputs the peer computed are vsalab's reference's, bit for bit,
+    -- so their errors against the oracle are identical.
+    local e = vsalab.db_open(db, {readonly = true}):q([[SELECT r.kernel, e.output, e.rel_l2 FROM result r
+      JOIN result_error e ON e.result_id = r.id WHERE r.kernel IN ('reference', 'lua-ref') ORDER BY r.point_hash, e.output, r.kernel]])
+    for i = 1, #e, 2 do assert.equal(e[i].rel_l2, e[i + 1].rel_l2) end
+  end)
+
+  it("fail the point with the peer's message when it exits, writes garbage or NaN", function()
+    for fault, want in pairs{exit = "failing on purpose", garbage = "not a .npy file"} do
+      local db = dir .. "/" .. fault .. ".db"
+      local rc = H.sh("VSALAB_PEER_FAULT=" .. fault .. " " .. H.exe .. " run --db " .. db .. " " .. smoke .. " peers=lua-ref")
+      assert.equal(1, rc)
+      local d = vsalab.db_open(db, {readonly = true})
+      local rows = d:q("SELECT passed, ms_median, note FROM result WHERE kernel = 'lua-ref'")
+      assert.equal(2, #rows, fault) -- one per point: the sweep went on
+      for _, r in ipairs(rows) do
+        assert.equal(0, r.passed)
+        assert.truthy(r.note:find(want, 1, true), r.note)
+      end
+      assert.equal(2, #d:q("SELECT 1 FROM result WHERE kernel = 'reference' AND passed = 1"))
+      d:close()
+    end
+    -- NaN outputs: measured, but the check voids the speed.
+    local db = dir .. "/nan.db"
+    assert.equal(1, (H.sh("VSALAB_PEER_FAULT=nan " .. H.exe .. " run --db " .. db .. " " .. smoke .. " peers=lua-ref")))
+    local rows = vsalab.db_open(db, {readonly = true}):q("SELECT passed, tflops, ms_median FROM result WHERE kernel = 'lua-ref'")
+    assert.equal(2, #rows)
+    for _, r in ipairs(rows) do
+      assert.equal(0, r.passed)
+      assert.is_nil(r.tflops)
+      assert.truthy(r.ms_median)
+    end
+  end)
+
+  it("say why a peer is unavailable", function()
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/t.db " .. smoke .. " peers=triton")
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("triton unavailable", 1, true), err)
+  end)
+
+  local numpy = os.execute("python3 -c 'import numpy' >/dev/null 2>&1") == 0
+  local numpy_it = numpy and it or pending
+  numpy_it("run the numpy peer (python3 with numpy)", function()
+    local db = dir .. "/np.db"
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. smoke .. " peers=numpy")
+    assert(rc == 0, err)
+    local rows = vsalab.db_open(db, {readonly = true}):q("SELECT passed FROM result WHERE kernel = 'numpy'")
+    assert.equal(2, #rows)
+    for _, r in ipairs(rows) do assert.equal(1, r.passed) end
+  end)
+end)

@@ -1,0 +1,143 @@
+-- Plug-in backends (src/vsalab_plugin.h): loading and its refusals, the
+-- example CPU plug-in checked against the fp64 oracle and through every
+-- CPU case, a wrong plug-in caught, a failing plug-in failing its point
+-- only, and plugin= on the command line through run, rerun and compare.
+local H = require "helpers"
+
+local function build_file(env, rel)
+  local p = os.getenv(env)
+  if p then return p end
+  return H.root .. "/build/" .. rel
+end
+local lib = build_file("VSALAB_EXAMPLE_PLUGIN", "libvsalab_example_cpu.so")
+local bad_abi = build_file("VSALAB_BAD_ABI_PLUGIN", "tests/libvsalab_test_bad_abi.so")
+local cuda_lib = build_file("VSALAB_CUDA_EXAMPLE_PLUGIN", "libvsalab_example_cuda.so")
+
+local function problem(seed)
+  return vsalab.problem.build{H = 2, Sq = 256, Skv = 384, D = 64, density = 0.5, seed = seed,
+    device = "cpu"}
+end
+
+describe("backends.load", function()
+  -- Specs share one process: leave the registry as it was for the others.
+  teardown(function()
+    for _, n in ipairs{"example_spec", "example_cases", "unscaled", "failing"} do
+      vsalab.backends.unregister(n)
+    end
+  end)
+  it("refuses a missing file, a missing symbol, another ABI and a non-library", function()
+    assert.truthy(H.err(vsalab.backends.load, {path = "/nonexistent/libx.so"})
+      :find("no file '/nonexistent/libx.so'", 1, true))
+    assert.truthy(H.err(vsalab.backends.load, {path = lib, symbol = "no_such_backward"})
+      :find("has no symbol 'no_such_backward'", 1, true))
+    local e = H.err(vsalab.backends.load, {path = bad_abi, symbol = "bad_backward"})
+    assert.truthy(e:find("ABI version 999", 1, true) and e:find("speaks version 1", 1, true), e)
+    assert.truthy(H.err(vsalab.backends.load, {path = H.exe}):find("cannot load", 1, true))
+    assert.truthy(H.err(vsalab.backends.load, {path = lib, nmae = "x"}):find("unknown field 'nmae'", 1, true))
+    assert.truthy(H.err(vsalab.backends.load, {symbol = "x"}):find("field 'path'", 1, true))
+    assert.truthy(H.err(vsalab.backends.load, {path = lib, supported = 3}):find("field 'supported'", 1, true))
+  end)
+
+  it("registers a backend that passes the fp64 oracle on fresh inputs", function()
+    local b = vsalab.backends.load{path = lib, name = "example_spec"}
+    assert.equal(b, vsalab.backends.get("example_spec"))
+    assert.is_false((b.supported("cuda")))
+    assert.is_true((b.supported("cpu")))
+    local p = problem(H.seed())
+    local dq, dk, dv = b.run(p)
+    assert.equal("bf16", dq.dtype)
+    local ref = vsalab.oracle{q = p.q, k = p.k, v = p.v, dO = p.dO, o = p.o, lse = p.lse,
+      q2k_idx = p.q2k_idx, q2k_num = p.q2k_num, variable_block_sizes = p.vbs, sm_scale = p.sm_scale}
+    local res = vsalab.check_outputs({dq = dq, dk = dk, dv = dv}, ref)
+    assert.is_true(res.passed, vsalab.json.encode(res.errors))
+    -- The timed closure writes every element of poisoned buffers.
+    for _, t in ipairs{dq, dk, dv} do t:fill(0 / 0) end
+    b.timed(p, {dq = dq, dk = dk, dv = dv})()
+    assert.is_true(vsalab.check_outputs({dq = dq, dk = dk, dv = dv}, ref).passed)
+  end)
+
+  it("passes every CPU case of CASES.md", function()
+    local b = vsalab.backends.load{path = lib, name = "example_cases"}
+    local failed = {}
+    for _, r in ipairs(vsalab.cases.run(b, {device = "cpu", seed = H.seed()})) do
+      if not r.passed then failed[#failed + 1] = vsalab.cases.format(r) end
+    end
+    assert.equal(0, #failed, table.concat(failed, "\n"))
+  end)
+
+  it("catches a wrong plug-in (dk without sm_scale)", function()
+    local b = vsalab.backends.load{path = lib, symbol = "example_unscaled_backward", name = "unscaled"}
+    local p = problem(H.seed())
+    local dq, dk, dv = b.run(p)
+    local res = vsalab.check.spot_check(p, {dq = dq, dk = dk, dv = dv}, {heads = 2})
+    assert.is_false(res.passed)
+    assert.is_false(res.errors.dk.passed)
+    assert.is_true(res.errors.dv.passed)
+  end)
+
+  it("raises the plug-in's own message when it returns an error", function()
+    local b = vsalab.backends.load{path = lib, symbol = "example_failing_backward", name = "failing"}
+    local e = H.err(b.run, problem(H.seed()))
+    assert.truthy(e:find("backend failing failed: example: refused on purpose", 1, true), e)
+    assert.truthy(e:find("(code 2)", 1, true), e)
+  end)
+end)
+
+describe("plugin= on the command line", function()
+  local dir = H.tmpdir()
+  local db = dir .. "/p.db"
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("adds checked rows beside the reference's, which rerun and compare take", function()
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" .. lib)
+    assert(rc == 0, err)
+    local rows = vsalab.db_open(db, {readonly = true}):q(
+      "SELECT id, kernel, passed, tflops, ragged, extra FROM result WHERE kernel = 'vsalab_example_cpu' ORDER BY id")
+    assert.equal(2, #rows) -- the 50% point and the ragged one
+    for _, r in ipairs(rows) do
+      assert.equal(1, r.passed)
+      assert.truthy(r.tflops)
+      assert.truthy(r.extra:find('"kind":"plugin"', 1, true), r.extra)
+    end
+    local rc2, _, err2 = H.vsalab("rerun --db " .. db .. " " .. rows[1].id)
+    assert(rc2 == 0, err2)
+    local rc3, out3 = H.vsalab("compare --db " .. db .. " --floor-pct 1000 1:reference 1:vsalab_example_cpu")
+    assert.equal(0, rc3, out3)
+    assert.truthy(out3:find("2 matching points", 1, true), out3)
+    assert.equal(2, (H.vsalab("compare --db " .. db .. " 1:reference 2")))
+    assert.equal(2, (H.vsalab("compare --db " .. db .. " 1:reference 1:no_such_kernel")))
+  end)
+
+  it("logs a failing plug-in's points as failed with its message and goes on", function()
+    local f = dir .. "/f.db"
+    local rc, _, err = H.vsalab("run --db " .. f .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" ..
+      lib .. " plugin_symbol=example_failing_backward plugin_name=failing")
+    assert.equal(1, rc, err) -- smoke itself fails when a row failed
+    local d = vsalab.db_open(f, {readonly = true})
+    local rows = d:q("SELECT kernel, passed, ms_median, note FROM result WHERE kernel = 'failing'")
+    assert.equal(2, #rows) -- both points measured: the sweep went on
+    for _, r in ipairs(rows) do
+      assert.equal(0, r.passed)
+      assert.is_nil(r.ms_median)
+      assert.truthy(r.note:find("refused on purpose", 1, true), r.note)
+    end
+    assert.equal(2, #d:q("SELECT 1 FROM result WHERE kernel = 'reference' AND passed = 1"))
+    assert.equal("failed", d:q("SELECT status FROM run")[1].status)
+    d:close()
+  end)
+
+  it("names a CUDA plug-in unavailable on the CPU, and the sweep goes on without it", function()
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/c.db " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" .. cuda_lib)
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("vsalab_example_cuda unavailable: vsalab_example_cuda is a CUDA plug-in", 1, true), err)
+  end)
+
+  it("refuses plugin_symbol= without plugin= and a missing library, exiting 1", function()
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/x.db " .. H.root .. "/experiments/smoke.lua plugin_symbol=x")
+    assert.equal(1, rc)
+    assert.truthy(err:find("give plugin=PATH too", 1, true), err)
+    rc, _, err = H.vsalab("run --db " .. dir .. "/x.db " .. H.root .. "/experiments/smoke.lua plugin=" .. dir .. "/none.so")
+    assert.equal(1, rc)
+    assert.truthy(err:find("no file", 1, true), err)
+  end)
+end)

@@ -1,0 +1,80 @@
+-- vsalab report A B: the comparison view (lua/vsalab/htmlcompare.lua) on
+-- synthetic runs: both medians, B/A, compare's verdicts, a ratio chart and
+-- the errors side by side, in one self-contained file that headless
+-- Chromium renders.
+local H = require "helpers"
+
+local function synthetic(db, kernels, scale)
+  local id = db:begin_run{script = "synthetic"}
+  for _, S in ipairs{4096, 8192, 16384, 32768} do
+    for _, k in ipairs(kernels) do
+      local base = S / 4096 * 0.2 * (scale[k] or 1)
+      local failed = k == "triton" and S == 16384
+      db:log{run_id = id, experiment = "seed_sweep", kernel = k, B = 1, H = 8, Sq = S, Skv = S, D = 128,
+        block = 64, density = 0.25, topk = S / 256, ragged = 0, ms_median = base, ms_min = base * 0.995,
+        ms_max = base * 1.005, samples = 20, mode = "hot", passed = failed and 0 or 1,
+        errors = {dq = {rel_l2 = failed and 0.4 or 2.5e-3, passed = not failed},
+          dk = {rel_l2 = 1.5e-3, passed = true}, dv = {rel_l2 = 1.25e-3, passed = true}}}
+    end
+  end
+  db:end_run(id, "finished")
+  return id
+end
+
+describe("vsalab report A B", function()
+  local dir = H.tmpdir()
+  local path = dir .. "/c.db"
+  local db = vsalab.db_open(path)
+  local a = synthetic(db, {"sm90a", "triton"}, {triton = 1.35})
+  local b = synthetic(db, {"sm90a", "triton"}, {sm90a = 1.2, triton = 1.35})
+  db:close()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  local function report(args)
+    local rc, out, err = H.vsalab("report --db " .. path .. " -o " .. dir .. "/r.html " .. args)
+    local f = io.open(dir .. "/r.html")
+    local html = f and f:read("*a")
+    if f then f:close() end
+    return rc, html, err .. out
+  end
+
+  it("sets two kernels of one run side by side", function()
+    local rc, html, msg = report(a .. ":sm90a " .. a .. ":triton")
+    assert.equal(0, rc, msg)
+    assert.truthy(html:find("Comparison: " .. a .. ":sm90a (A, baseline) vs " .. a .. ":triton (B)", 1, true))
+    assert.truthy(html:find("B/A time", 1, true)) -- the ratio chart's axis
+    assert.truthy(html:find("Errors against the fp64 oracle, side by side", 1, true))
+    -- 1.35x slower at every point: SLOW, and the failed check is flagged.
+    local _, slow = html:gsub(">SLOW</td>", "")
+    assert.equal(4, slow)
+    assert.truthy(html:find("NEW FAIL", 1, true))
+    assert.truthy(html:find(">4.00e-01<", 1, true) and html:find(">2.50e-03<", 1, true))
+    assert.truthy(html:find("would fail this pair", 1, true))
+    assert.falsy(html:find("<script", 1, true))
+    assert.falsy(html:find("https?://[%w.]+/[^\"]*%.js"))
+  end)
+
+  it("compares two runs kernel by kernel, and refuses unknown sides", function()
+    local rc, html, msg = report(a .. " " .. b)
+    assert.equal(0, rc, msg)
+    assert.truthy(html:find("Comparison: " .. a .. " (A, baseline) vs " .. b .. " (B)", 1, true))
+    local _, same = html:gsub(">SAME</td>", "")
+    local _, slow = html:gsub(">SLOW</td>", "")
+    assert.equal(4, same) -- triton unchanged
+    assert.equal(4, slow) -- sm90a 1.2x slower
+    assert.equal(2, (report(a .. ":nosuch " .. b)))
+    assert.equal(2, (report("999 " .. b)))
+  end)
+
+  it("renders in headless Chromium to a picture that is not blank", function()
+    assert.equal(0, (report(a .. ":sm90a " .. a .. ":triton")))
+    local rc = H.sh("timeout 90 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars " ..
+      "--window-size=1100,1000 --screenshot=" .. dir .. "/r.png file://" .. dir .. "/r.html")
+    assert.equal(0, rc)
+    local f = assert(io.open(dir .. "/r.png", "rb"))
+    local png = f:read("*a")
+    f:close()
+    assert.equal("\137PNG", png:sub(1, 4))
+    assert.is_true(#png > 30000, "screenshot only " .. #png .. " bytes")
+  end)
+end)

@@ -1,0 +1,47 @@
+-- ref_peer.lua — an external peer in a second vsalab process: reads a job
+-- directory of the external-backend protocol (lua/vsalab/external.lua),
+-- runs vsalab's reference backward on the inputs and writes dq/dk/dv (and,
+-- when the job asks for timing, timing.json). The protocol's CPU test; no
+-- Python needed:
+--   vsalab run tests/peers/ref_peer.lua DIR
+-- VSALAB_PEER_FAULT=exit|garbage|nan|slow makes it misbehave on purpose.
+local dir = assert(arg[1], "usage: vsalab run tests/peers/ref_peer.lua DIR")
+local f = assert(io.open(dir .. "/job.json"))
+local job = vsalab.json.decode(f:read("*a"))
+f:close()
+assert(job.protocol == 1, "protocol 1 expected")
+local fault = os.getenv("VSALAB_PEER_FAULT")
+if fault == "exit" then
+  io.stderr:write("ref_peer: failing on purpose\n")
+  os.exit(3)
+end
+local dev = job.device == "cpu" and "cpu" or ("cuda:" .. tostring(job.cuda_device or 0))
+local t = {}
+for name, spec in pairs(job.inputs) do
+  t[name] = vsalab.npy_load(dir .. "/" .. spec.file, {dtype = spec.dtype, shape = spec.shape, device = dev})
+end
+local function run()
+  return vsalab.backward_ref(t.dO, t.q, t.k, t.v, t.o, t.lse, t.k2q_idx, t.k2q_num,
+    t.variable_block_sizes, {sm_scale = job.sm_scale})
+end
+local dq, dk, dv = run()
+if fault == "nan" then dq:fill(0 / 0) end
+for name, x in pairs{dq = dq, dk = dk, dv = dv} do
+  if fault == "garbage" and name == "dv" then
+    local g = io.open(dir .. "/dv.npy", "w"); g:write("not a npy file"); g:close()
+  else
+    vsalab.npy_save(dir .. "/" .. job.outputs[name].file, x)
+  end
+end
+if job.bench then
+  local b = job.bench
+  local st = vsalab.bench(run, {warmup = b.warmup, min_samples = b.min_samples,
+    max_noise = b.max_noise, min_time = b.min_time, max_time = b.max_time,
+    max_samples = b.max_samples, keep_samples = true})
+  local samples = st.times
+  if fault == "slow" then for i, x in ipairs(samples) do samples[i] = x * 3 end end
+  local g = assert(io.open(dir .. "/" .. job.timing_file, "w"))
+  g:write(vsalab.json.encode{samples_ms = samples, clock = st.clock, mode = "hot", stop = st.stop,
+    note = "vsalab backward_ref in a second process"}, "\n")
+  g:close()
+end
