@@ -147,13 +147,21 @@ l_interrupt_pending(lua_State *L)
   return 1;
 }
 
-/* pcall and xpcall cannot swallow an interrupt: a caught "interrupted!"
- * is raised again, so the script stops and the run ends 'interrupted'
- * (a point timeout is caught as before: experiments skip the point). */
+/* pcall and xpcall in a script cannot swallow an interrupt: a caught
+ * "interrupted!" is raised again, so the script stops and the run ends
+ * 'interrupted' (a point timeout is caught as before: experiments skip the
+ * point). vsalab's own modules (chunk names vsalab/NAME.lua) get the error
+ * back as usual: they catch interrupts to clean up (stop workers, disarm
+ * the point timer) and raise them again themselves. */
 static const char pcall_guard[] =
-    "local pending, raw_pcall, raw_xpcall, err = ...\n"
+    "local pending, raw_pcall, raw_xpcall, err, getinfo = ...\n"
+    "local function library()\n"
+    "  local i = getinfo(3, 'S')\n"
+    "  local src = i and i.source or ''\n"
+    "  return src:find('^@vsalab/') or src:find('/vsalab/[%w_]+%.lua$')\n"
+    "end\n"
     "local function pass(ok, ...)\n"
-    "  if not ok and pending() then err((...), 0) end\n"
+    "  if not ok and pending() and not library() then err((...), 0) end\n"
     "  return ok, ...\n"
     "end\n"
     "pcall = function(f, ...) return pass(raw_pcall(f, ...)) end\n"
@@ -315,7 +323,10 @@ setup(lua_State *L)
   lua_getglobal(L, "pcall");
   lua_getglobal(L, "xpcall");
   lua_getglobal(L, "error");
-  lua_call(L, 4, 0);
+  lua_getglobal(L, "debug");
+  lua_getfield(L, -1, "getinfo");
+  lua_remove(L, -2);
+  lua_call(L, 5, 0);
   /* vsalab.context: what this invocation was asked to do. */
   lua_newtable(L);
   lua_pushstring(L, o->db_path);

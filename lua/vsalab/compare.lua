@@ -124,14 +124,12 @@ end
 local function load(db, side)
   local id, kernel = side, nil
   if type(side) == "table" then id, kernel = side.run, side.kernel end
-  -- host_clock: timed on the host clock (extra.clock, or a row of a run
-  -- without a GPU).
-  local clock = "CASE WHEN json_valid(r.extra) THEN json_extract(r.extra, '$.clock') END"
-  local rows = db:q("SELECT r.*, " .. M.lists_sql .. " AS lists, (" .. clock .. " = 'host' OR ("
-    .. clock .. [[ IS NULL AND coalesce(r.gpu_name, run.gpu_name) IS NULL)) AS host_clock
-                      FROM result r JOIN run ON run.id = r.run_id
-                      WHERE r.run_id IN ]] .. shard.in_list(shard.members(db, id))
-    .. [[ AND r.ms_median IS NOT NULL AND (?1 IS NULL OR r.kernel = ?1) ORDER BY r.id]], kernel)
+  -- host_clock: timed on the host clock (the experiments record extra.clock).
+  local rows = db:q("SELECT *, " .. M.lists_sql .. [[ AS lists,
+                      coalesce(CASE WHEN json_valid(extra) THEN json_extract(extra, '$.clock') END, '') = 'host'
+                        AS host_clock FROM result
+                      WHERE run_id IN ]] .. shard.in_list(shard.members(db, id))
+    .. [[ AND ms_median IS NOT NULL AND (?1 IS NULL OR kernel = ?1) ORDER BY id]], kernel)
   local by = {}
   for _, r in ipairs(rows) do
     r.errors = {}
@@ -238,9 +236,10 @@ function M.main(argv)
   -- Shards of one sweep are one run: name the run by its first shard.
   local function first(id) return shard.members(db, id)[1] end
   if sa.run ~= sb.run and first(sa.run) == first(sb.run) and sa.kernel == sb.kernel then
+    local one = first(sa.run)
     db:close()
     io.stderr:write(string.format("vsalab compare: %s and %s are shards of one sweep (one logical run %d)\n",
-      refs[1], refs[2], first(sa.run)))
+      refs[1], refs[2], one))
     return 2
   end
   sa.run, sb.run = first(sa.run), first(sb.run)

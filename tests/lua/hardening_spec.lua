@@ -347,7 +347,7 @@ describe("what a new user sees", function()
         ms_min = 9.9 * scale, ms_max = 10.1 * scale, extra = clock and ('{"clock":"' .. clock .. '"}')}
       return id
     end
-    local a, b = synthetic(nil, 1), synthetic(nil, 1.3)
+    local a, b = synthetic(nil, 1, "host"), synthetic(nil, 1.3, "host")
     local g1, g2 = synthetic("NVIDIA H200", 1, "cuda"), synthetic("NVIDIA H200", 1.3, "cuda")
     d:close()
     local rc1, out1 = H.vsalab("compare --db " .. db .. " " .. a .. " " .. b)
