@@ -230,7 +230,10 @@ function M.log(row)
     end
     t.errors = errs
   end
-  return r.db:log(t)
+  -- The DB layer names itself (db:log: field 'x' ...); the caller called vsalab.log.
+  local ok, id = pcall(r.db.log, r.db, t)
+  if not ok then error((tostring(id):gsub("^db:log: ", "vsalab.log: ")), 2) end
+  return id
 end
 
 -- Close the run row. Another writer may hold the lock past the 5 s busy
