@@ -220,9 +220,10 @@ function M.main(argv)
   -- Shards of one sweep are one run: name the run by its first shard.
   local function first(id) return shard.members(db, id)[1] end
   if sa.run ~= sb.run and first(sa.run) == first(sb.run) and sa.kernel == sb.kernel then
+    local one = first(sa.run)
     db:close()
     io.stderr:write(string.format("vsalab compare: %s and %s are shards of one sweep (one logical run %d)\n",
-      refs[1], refs[2], first(sa.run)))
+      refs[1], refs[2], one))
     return 2
   end
   sa.run, sb.run = first(sa.run), first(sb.run)
