@@ -61,6 +61,10 @@ static const char usage[] =
     "                hash; 'slurm' takes them from SLURM_ARRAY_TASK_ID/_COUNT\n"
     "  --sweep-id ID the logical sweep this run is a part of (shards share it)\n"
     "\n"
+    "Backwards: reference (CPU, GPU), sm90a (Hopper, run on an H200) and sm100a\n"
+    "(Blackwell: compiled and emulated, never run on Blackwell: no Blackwell GPU\n"
+    "is available to this project; VSALAB_SM100_EMU=1 adds its emulation on a\n"
+    "compute capability 9.0 GPU as the test backend sm100a-emu).\n"
     "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
     "The `vsalab` module is loaded as a global; README.md documents its API.\n";
 
