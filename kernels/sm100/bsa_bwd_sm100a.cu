@@ -207,7 +207,7 @@ count_valid(const item_list &l)
 
 /* A reader's copy of the scheduler's k-th item (a whole warp calls it). */
 __device__ __forceinline__ bool
-read_item(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t k, item &it)
+read_item(const params &p, uint32_t base, uint32_t k, item &it)
 {
   const int s = k & 1;
   mbar_wait(bar_addr(base, B_SCHED_FULL + s), ph(k >> 1));
@@ -224,7 +224,7 @@ read_item(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t k, i
 
 /* warp 8: scheduler and TMA producer (lane 0 issues). */
 __device__ __forceinline__ void
-producer(const params &p, uint32_t base, unsigned char *base_ptr)
+producer(const params &p, uint32_t base)
 {
   const bool lead = (threadIdx.x & 31) == 0;
   uint32_t gs = 0, kc = 0;
@@ -295,7 +295,7 @@ producer(const params &p, uint32_t base, unsigned char *base_ptr)
 /* warp 9: every MMA and commit, issued by lane 0; the whole warp follows
  * the waits, so the warp stays converged for its barriers. */
 __device__ __forceinline__ void
-mma_issuer(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
+mma_issuer(const params &p, uint32_t base, uint32_t tmem)
 {
   const bool lead = (threadIdx.x & 31) == 0;
   const uint32_t id_s = vsa_umma_idesc_bf16(128, 64, 0, 0);   // S, dP
@@ -303,7 +303,7 @@ mma_issuer(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tme
   const uint32_t id_q = vsa_umma_idesc_bf16(128, 128, 0, 1);  // dQ (A from TMEM)
   uint32_t gs = 0, kc = 0;
   item it;
-  for (uint32_t k = 0; read_item(p, base, base_ptr, k, it); k++) {
+  for (uint32_t k = 0; read_item(p, base, k, it); k++) {
     const int steps = (it.valid + 1) >> 1;
     if (steps == 0) continue;
     mbar_wait(bar_addr(base, B_KV_READY), ph(kc));
@@ -373,11 +373,11 @@ mma_issuer(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tme
 __device__ __forceinline__ void
 softmax(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
 {
-  const int r = threadIdx.x & 127, lane = threadIdx.x & 31;
+  const int r = threadIdx.x & 127;
   const uint32_t tl = tmem + ((uint32_t)(r & ~31) << 16);
   uint32_t gs = 0;
   item it;
-  for (uint32_t k = 0; read_item(p, base, base_ptr, k, it); k++) {
+  for (uint32_t k = 0; read_item(p, base, k, it); k++) {
     const int steps = (it.valid + 1) >> 1;
     const int vb = min(max(__ldg(p.vbs + it.j), 0), BLK);
     for (int n = 0; n < steps; n++, gs++) {
@@ -427,7 +427,6 @@ softmax(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
       tc05::fence_before();
       mbar_arrive(bar_addr(base, B_DS_READY));
     }
-    (void)lane;
   }
 }
 
@@ -472,7 +471,7 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
   const uint32_t stg_addr = base + OFF_STG + w * STG_WARP;
   uint32_t gs = 0, kc = 0;
   item it;
-  for (uint32_t k = 0; read_item(p, base, base_ptr, k, it); k++) {
+  for (uint32_t k = 0; read_item(p, base, k, it); k++) {
     const int steps = (it.valid + 1) >> 1;
     const int64_t kv_row0 = it.bh * ((int64_t)p.nkv * BLK) + (int64_t)it.j * BLK;
     const int vb = min(max(__ldg(p.vbs + it.j), 0), BLK);
@@ -626,9 +625,9 @@ bwd_kernel(const __grid_constant__ params p)
     if (warp >= W_EMU) {
       tc05::emu_run(); // returns at once in the hardware build
     } else if (warp == W_LOAD) {
-      producer(p, base, base_ptr);
+      producer(p, base);
     } else if (warp == W_MMA) {
-      mma_issuer(p, base, base_ptr, tmem);
+      mma_issuer(p, base, tmem);
       named_sync_any(BAR_END, 288); // every tensor-memory read is done
       if ((threadIdx.x & 31) == 0) tc05::emu_stop();
       tc05::fence_after();

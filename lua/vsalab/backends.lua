@@ -134,36 +134,41 @@ local function sm90a_supported(device, p)
   return true
 end
 
+-- A native backward: core[fn](dO, ..., vbs, opts) with the fixed options
+-- `kernel_opts` (version, deterministic, emulate). `run` makes fresh,
+-- NaN-poisoned outputs; `timed` reruns the kernel into run()'s buffers.
+local function native(b, fn, kernel_opts)
+  local function call(p, extra)
+    local opts = {sm_scale = p.sm_scale}
+    for k, v in pairs(kernel_opts) do opts[k] = v end
+    for k, v in pairs(extra or {}) do opts[k] = v end
+    return opts
+  end
+  b.bench_opts = b.bench_opts or M.kernel_bench_opts
+  b.run = function(p)
+    return core[fn](p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, call(p))
+  end
+  b.timed = function(p, outs)
+    -- p's lists come from invert_indices (ascending): no canonical pass.
+    local opts = call(p, {poison = false, canonical = false, out = {outs.dq, outs.dk, outs.dv}})
+    -- VSALAB_SLOWDOWN_US adds a spin kernel to each timed call: the
+    -- deliberately slower variant that must make `vsalab compare` say SLOW.
+    local slow = tonumber(os.getenv("VSALAB_SLOWDOWN_US") or "")
+    return function()
+      core[fn](p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, opts)
+      if slow then core.gpu_sleep(slow) end
+    end
+  end
+  return M.register(b)
+end
+
 -- version: the main kernel (3 warp-specialized, 2 bulk dQ, 1 atomic dQ);
--- det: the deterministic dQ order (version 3).
+-- det: dQ in int32 fixed point (version 3), else fp32 in arrival order
+-- (run-to-run differences within rounding).
 local function sm90a(name, version, det, description, variant_of)
-  M.register{
-    name = name,
-    description = description,
-    variant_of = variant_of,
-    -- Without det, dq is summed in fp32 in L2 in arrival order: run-to-run
-    -- differences within rounding.
-    deterministic_dq = det,
-    supported = sm90a_supported,
-    bench_opts = M.kernel_bench_opts,
-    run = function(p)
-      return core.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
-        p.k2q_num, p.vbs, {sm_scale = p.sm_scale, version = version, deterministic = det})
-    end,
-    timed = function(p, outs)
-      -- p's lists come from invert_indices (ascending): no canonical pass.
-      local opts = {sm_scale = p.sm_scale, poison = false, canonical = false,
-        version = version, deterministic = det, out = {outs.dq, outs.dk, outs.dv}}
-      -- VSALAB_SLOWDOWN_US adds a spin kernel to each timed call: the
-      -- deliberately slower variant that must make `vsalab compare` say SLOW.
-      local slow = tonumber(os.getenv("VSALAB_SLOWDOWN_US") or "")
-      return function()
-        core.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
-          p.k2q_num, p.vbs, opts)
-        if slow then core.gpu_sleep(slow) end
-      end
-    end,
-  }
+  native({name = name, description = description, variant_of = variant_of,
+    deterministic_dq = det, supported = sm90a_supported},
+    "backward_sm90a", {version = version, deterministic = det})
 end
 sm90a("sm90a", 3, false, "native Hopper backward (v3): warp-specialized, TMA + mbarrier producer, bulk dQ reduce")
 sm90a("sm90a-det", 3, true, "sm90a v3 with dQ in int32 fixed point (same bits every run)")
@@ -197,28 +202,11 @@ local function sm100a_supported(emulate)
 end
 
 local function sm100a(name, emulate, det, description, variant_of)
-  M.register{
-    name = name,
-    description = description,
-    variant_of = variant_of,
-    emulated = emulate,
-    deterministic_dq = det,
-    supported = sm100a_supported(emulate),
+  native({name = name, description = description, variant_of = variant_of,
+    emulated = emulate, deterministic_dq = det, supported = sm100a_supported(emulate),
     -- The emulation is checked, not timed: one call (rows carry no TFLOPS).
-    bench_opts = emulate and {warmup = 0, repeats = 1} or M.kernel_bench_opts,
-    run = function(p)
-      return core.backward_sm100a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
-        p.k2q_num, p.vbs, {sm_scale = p.sm_scale, deterministic = det, emulate = emulate})
-    end,
-    timed = function(p, outs)
-      local opts = {sm_scale = p.sm_scale, poison = false, canonical = false,
-        deterministic = det, emulate = emulate, out = {outs.dq, outs.dk, outs.dv}}
-      return function()
-        core.backward_sm100a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
-          p.k2q_num, p.vbs, opts)
-      end
-    end,
-  }
+    bench_opts = emulate and {warmup = 0, repeats = 1} or nil},
+    "backward_sm100a", {deterministic = det, emulate = emulate})
 end
 sm100a("sm100a", false, true,
   "native Blackwell backward (tcgen05, tensor memory; fixed-point deterministic dQ): compiled and emulated, never run on Blackwell")
