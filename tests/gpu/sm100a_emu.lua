@@ -75,23 +75,9 @@ end
 if bad > 0 then error(bad .. " sm100a-emu outputs off", 0) end
 print("sm100a-emu: all outputs within 1e-2 of the reference")
 
--- The default (fixed-point) mode gives the same bits on every launch, and
--- so does a permuted-order q chunking of the same problem.
-do
-  local p = P.build{B = 2, H = 4, Sq = 2048, D = 128, density = 0.25, seed = 42, device = "cuda"}
-  local opts = {emulate = true, q_chunk = 5}
-  local first = {vsalab.backward_sm100a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, opts)}
-  local worst = 0
-  for _ = 1, 20 do
-    local o = {vsalab.backward_sm100a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, opts)}
-    for x = 1, 3 do
-      local c = vsalab.compare(o[x], first[x])
-      if c.max_abs > worst then worst = c.max_abs end
-      o[x]:free()
-    end
-  end
-  print(string.format("sm100a-emu fixed point (q_chunk 5): 20 launches, max |difference| to the first %.3g (must be 0)", worst))
-  if worst ~= 0 then error("sm100a deterministic mode is not deterministic", 0) end
-  P.free(p)
-end
+-- The default (fixed-point) mode gives the same bits on every launch.
+dofile("tests/gpu/bitwise_repeat.lua")("sm100a-emu fixed point (q_chunk 5)", function(p)
+  return vsalab.backward_sm100a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs,
+    {emulate = true, q_chunk = 5})
+end, 20)
 print(string.format("sm100a_emu.lua: %.1f s of host time", os.clock() - T0))

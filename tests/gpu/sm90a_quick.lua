@@ -64,20 +64,7 @@ if bad > 0 then error(bad .. " sm90a outputs off", 0) end
 print("sm90a quick check: all outputs within 1e-2 of the reference")
 
 -- The deterministic mode must give the same bits on every launch.
-do
-  local p = P.build{B = 2, H = 4, Sq = 2048, D = 128, density = 0.25, seed = 42, device = "cuda"}
-  local det = {deterministic = true, q_chunk = 5}
-  local first = {vsalab.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, det)}
-  local worst = 0
-  for _ = 1, 20 do
-    local o = {vsalab.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, det)}
-    for x = 1, 3 do
-      local c = vsalab.compare(o[x], first[x])
-      if c.max_abs > worst then worst = c.max_abs end
-      o[x]:free()
-    end
-  end
-  print(string.format("v3-det (q_chunk 5): 20 launches, max |difference| to the first %.3g (must be 0)", worst))
-  if worst ~= 0 then error("deterministic mode is not deterministic", 0) end
-  P.free(p)
-end
+dofile("tests/gpu/bitwise_repeat.lua")("v3-det (q_chunk 5)", function(p)
+  return vsalab.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs,
+    {deterministic = true, q_chunk = 5})
+end, 20)
