@@ -40,8 +40,10 @@ M.common_args = {plugin = true, plugin_symbol = true, plugin_name = true, peers 
 local function apply_common(c)
   local backends = require "vsalab.backends"
   if c.plugin then
-    backends.load{path = tostring(c.plugin), symbol = c.plugin_symbol and tostring(c.plugin_symbol),
-      name = c.plugin_name and tostring(c.plugin_name)}
+    -- A plug-in that cannot be loaded is the user's mistake: exit 2, no traceback.
+    usage.wrap(backends.load, {path = tostring(c.plugin),
+      symbol = c.plugin_symbol and tostring(c.plugin_symbol),
+      name = c.plugin_name and tostring(c.plugin_name)})
   elseif c.plugin_symbol or c.plugin_name then
     usage.error("argument 'plugin_symbol'/'plugin_name': give plugin=PATH too")
   end
