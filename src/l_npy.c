@@ -12,9 +12,12 @@
  *     shape, a different shape is an error naming the file. Fortran order,
  *     big-endian data, a truncated file or a bad header raise naming path.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "l_args.h"
@@ -92,8 +95,20 @@ l_npy_load(lua_State *L)
   const char *path = luaL_checkstring(L, 1);
   static const char *const keys[] = {"dtype", "shape", "device", NULL};
   vsa_arg_check_keys(L, 2, "npy_load", keys);
-  FILE *f = fopen(path, "rb");
-  if (!f) return vsa_lua_errorf(L, "npy_load: no file '%s'", path);
+  /* A regular file only: opening a FIFO (or a device) a peer left in its
+   * place would block or never end; O_NONBLOCK makes the open return. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return vsa_lua_errorf(L, "npy_load: no file '%s'", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return vsa_lua_errorf(L, "npy_load: '%s' is not a regular file", path);
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return vsa_lua_errorf(L, "npy_load: cannot read '%s'", path);
+  }
   unsigned char pre[12];
   if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
     fclose(f);

@@ -12,6 +12,8 @@
  *   vsalab_backward           the backward, under the default symbol (fp32
  *                             accumulation, one pass over each q block's
  *                             canonical kv list)
+ *   example_input_writer      writes into its input v (the tests check that
+ *                             it fails its check)
  *   example_failing_backward  always returns an error (the tests use it to
  *                             prove that a failing plug-in fails its point)
  *   example_unscaled_backward forgets sm_scale on dk (the tests use it to
@@ -136,6 +138,18 @@ VSALAB_PLUGIN_EXPORT int
 example_unscaled_backward(const vsalab_plugin_args *a, char *err, size_t err_len)
 {
   return backward(a, err, err_len, 1.0f);
+}
+
+/* A bad citizen for the tests: overwrites v with 1.0, then computes a correct
+ * backward of those changed inputs. vsalab computes its reference before any
+ * backward runs, so this fails its check instead of moving the reference. */
+VSALAB_PLUGIN_EXPORT int
+example_input_writer(const vsalab_plugin_args *a, char *err, size_t err_len)
+{
+  uint16_t *v = (uint16_t *)a->v.data;
+  int64_t n = a->v.shape[0] * a->v.shape[1] * a->v.shape[2] * a->v.shape[3];
+  for (int64_t i = 0; i < n; i++) v[i] = 0x3F80; /* bf16 1.0 */
+  return backward(a, err, err_len, a->sm_scale);
 }
 
 VSALAB_PLUGIN_EXPORT int

@@ -37,6 +37,9 @@ function M.check_outputs(outs, refs, opts)
       error("check_outputs: output '" .. tostring(name) .. "' has no elements (a check of nothing)", 2)
     end
     local c = core.compare(x, r)
+    -- Non-finite elements leave the finite ones' error meaningless: an
+    -- all-NaN output must not read as rel L2 0 (stored as NULL).
+    if c.nonfinite > 0 then c.rel_l2 = 0 / 0 end
     local tol = (opts.tols and opts.tols[name]) or opts.tol or 1e-2
     c.passed = c.nonfinite == 0 and c.rel_l2 == c.rel_l2 and c.rel_l2 < tol
     c.tol = tol
@@ -69,7 +72,8 @@ function M.pool(parts)
     if c.max_abs > mx then mx = c.max_abs end
   end
   local nr = math.sqrt(r2)
-  return {rel_l2 = nr > 0 and math.sqrt(d2) / nr or math.sqrt(d2),
+  -- With non-finite elements the finite ones' error means nothing: NaN.
+  return {rel_l2 = nf > 0 and 0 / 0 or (nr > 0 and math.sqrt(d2) / nr or math.sqrt(d2)),
     max_abs = mx, nonfinite = nf, n = n, diff2 = d2, ref2 = r2, x2 = x2,
     norm_ratio = nr > 0 and math.sqrt(x2) / nr or (x2 > 0 and math.huge or 1)}
 end
@@ -101,15 +105,27 @@ end
 -- are pooled over the checked rows, with the check_outputs verdicts.
 -- A check that would look at nothing is an error, never a pass: counts are
 -- integers >= 1, lists are non-empty lists of ids in range.
-function M.spot_check(p, outs, opts)
+-- spot_refs(p, opts) -> pre: the fp64 oracle's values for the heads and
+-- blocks spot_check(p, outs, opts) would check, computed now. Experiments
+-- compute them before any backward runs, so a backward that writes into its
+-- inputs cannot move the reference it is checked against
+-- (spot_check(p, outs, opts, pre)).
+function M.spot_refs(p, opts)
+  return M.spot_check(p, nil, opts, nil, true)
+end
+
+function M.spot_check(p, outs, opts, pre, refs_only)
   local problem = require "vsalab.problem"
   opts = opts or {}
   M.check_tols("spot_check", opts)
-  for _, name in ipairs{"dq", "dk", "dv"} do
-    if type(outs) ~= "table" or outs[name] == nil then
-      error("spot_check: outs must hold dq, dk and dv (missing '" .. name .. "')", 2)
+  if not refs_only then
+    for _, name in ipairs{"dq", "dk", "dv"} do
+      if type(outs) ~= "table" or outs[name] == nil then
+        error("spot_check: outs must hold dq, dk and dv (missing '" .. name .. "')", 2)
+      end
     end
   end
+  if pre then return M.spot_compare(p, outs, opts, pre) end
   local function count(v, what)
     if v ~= nil and not (type(v) == "number" and v >= 1 and v == math.floor(v) and v < math.huge) then
       error("spot_check: field '" .. what .. "' must be an integer >= 1 or a list of ids, got " .. tostring(v), 3)
@@ -144,13 +160,26 @@ function M.spot_check(p, outs, opts)
     if type(opts[what]) == "table" then list(opts[what], n, what) else count(opts[what], what) end
   end
   local qb, kb = ids(opts.q_blocks, p.nq, 1), ids(opts.kv_blocks, p.nkv, 2)
-  local parts = {dq = {}, dk = {}, dv = {}}
+  local refs = {}
   for _, bh in ipairs(bhs) do
     local hp = problem.head(p, bh)
-    local ref = core.oracle{q = hp.q, k = hp.k, v = hp.v, dO = hp.dO,
+    refs[bh] = core.oracle{q = hp.q, k = hp.k, v = hp.v, dO = hp.dO,
       o = hp.o, lse = hp.lse, q2k_idx = hp.q2k_idx, q2k_num = hp.q2k_num,
       variable_block_sizes = p.vbs, sm_scale = p.sm_scale,
       q_blocks = qb, kv_blocks = kb}
+    problem.free(hp)
+  end
+  pre = {bh = bhs, q_blocks = qb, kv_blocks = kb, refs = refs}
+  if refs_only then return pre end
+  return M.spot_compare(p, outs, opts, pre)
+end
+
+-- The comparison half of spot_check: outs against the oracle values in pre.
+function M.spot_compare(p, outs, opts, pre)
+  local parts = {dq = {}, dk = {}, dv = {}}
+  local qb, kb = pre.q_blocks, pre.kv_blocks
+  for _, bh in ipairs(pre.bh) do
+    local ref = pre.refs[bh]
     local b, h = math.floor(bh / p.H), bh % p.H
     for name, blocks in pairs{dq = qb, dk = kb, dv = kb} do
       local x = outs[name]:narrow(1, b + 1, 1):narrow(2, h + 1, 1)
@@ -161,9 +190,8 @@ function M.spot_check(p, outs, opts)
         xs:free()
       end
     end
-    problem.free(hp)
   end
-  local res = {passed = true, errors = {}, bh = bhs, q_blocks = qb, kv_blocks = kb}
+  local res = {passed = true, errors = {}, bh = pre.bh, q_blocks = qb, kv_blocks = kb}
   for _, name in ipairs{"dq", "dk", "dv"} do
     local c = M.pool(parts[name])
     local tol = (opts.tols and opts.tols[name]) or opts.tol or 1e-2

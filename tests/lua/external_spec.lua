@@ -48,6 +48,9 @@ describe("npy files", function()
     H.write(dir .. "/no.npy", "hello")
     assert.truthy(H.err(vsalab.npy_load, dir .. "/no.npy"):find("not a .npy file", 1, true))
     assert.truthy(H.err(vsalab.npy_load, dir .. "/absent.npy"):find("no file", 1, true))
+    -- A FIFO (a peer's trick) is refused at once instead of blocking forever.
+    assert.equal(0, (H.sh("mkfifo " .. dir .. "/fifo.npy")))
+    assert.truthy(H.err(vsalab.npy_load, dir .. "/fifo.npy"):find("not a regular file", 1, true))
   end)
 end)
 

@@ -126,6 +126,23 @@ describe("plugin= on the command line", function()
     d:close()
   end)
 
+  it("fails a plug-in that writes into its inputs (the reference is computed first)", function()
+    -- The plug-in overwrites v and then computes a correct backward of the
+    -- changed inputs: only a reference taken before it ran catches that.
+    local f = dir .. "/w.db"
+    local rc, _, err = H.vsalab("run --db " .. f .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" ..
+      lib .. " plugin_symbol=example_input_writer plugin_name=writer")
+    assert.equal(1, rc, err)
+    local d = vsalab.db_open(f, {readonly = true})
+    local rows = d:q("SELECT passed, tflops FROM result WHERE kernel = 'writer'")
+    assert.is_true(#rows > 0)
+    for _, r in ipairs(rows) do
+      assert.equal(0, r.passed)
+      assert.is_nil(r.tflops)
+    end
+    d:close()
+  end)
+
   it("names a CUDA plug-in unavailable on the CPU, and the sweep goes on without it", function()
     local rc, _, err = H.vsalab("run --db " .. dir .. "/c.db " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" .. cuda_lib)
     assert.equal(0, rc, err)
