@@ -49,7 +49,7 @@ local function apply_common(c)
   end
   if c.peers then
     local names = type(c.peers) == "table" and c.peers or {c.peers}
-    for _, n in ipairs(names) do backends.peer(tostring(n)) end
+    for _, n in ipairs(names) do usage.wrap(backends.peer, tostring(n)) end
   end
 end
 

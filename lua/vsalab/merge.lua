@@ -70,7 +70,17 @@ local function merge_one(out, src, in_path, ins)
   local added, rows, skipped = 0, 0, 0
   local now = out:q("SELECT strftime('%Y-%m-%dT%H:%M:%fZ', 'now') AS t")[1].t
   for _, r in ipairs(src:q("SELECT * FROM run ORDER BY id")) do
-    if out:q("SELECT 1 FROM run WHERE uid = ?", r.uid)[1] then
+    local have = out:q("SELECT id, status, (SELECT count(*) FROM result WHERE run_id = run.id) AS n "
+      .. "FROM run WHERE uid = ?", r.uid)[1]
+    if have then
+      -- The same run merged before: skipped when nothing changed since; a
+      -- run that went on (resumed, finished) would lose its new rows.
+      local n = src:q("SELECT count(*) AS n FROM result WHERE run_id = ?", r.id)[1].n
+      if n ~= have.n or r.status ~= have.status then
+        error(string.format("%s: run %d is already in OUT as run %d with %d rows (%s), but has %d "
+          .. "rows (%s) now: merge into a new OUT file", in_path, r.id, have.id, have.n,
+          tostring(have.status), n, tostring(r.status)), 0)
+      end
       skipped = skipped + 1
     else
       if r.status == "running" then

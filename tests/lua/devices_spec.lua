@@ -308,6 +308,29 @@ describe("run --shard, merge and logical runs", function()
     assert.truthy(html:find("sweep s1: runs 1, 2, one logical run", 1, true))
   end)
 
+  it("refuses to re-merge a run that went on since (its new rows would be lost)", function()
+    shard_runs(1, "--sweep-id s3")
+    local s0 = dir .. "/s0.db"
+    assert.equal(0, (H.vsalab("merge " .. dir .. "/m.db " .. s0)))
+    -- The run goes on in its own file (as a resume would): one more row.
+    local w = vsalab.db_open(s0)
+    local r = w:q("SELECT * FROM result ORDER BY id DESC LIMIT 1")[1]
+    w:q("INSERT INTO result (run_id, created_at, experiment, kernel, B, H, Sq, Skv, D, block, "
+      .. "density, topk, ragged, pairs) VALUES (?, ?, ?, 'later', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+      r.run_id, r.created_at, r.experiment, r.B, r.H, r.Sq, r.Skv, r.D, r.block, r.density,
+      r.topk, r.ragged, r.pairs)
+    w:close()
+    local rc, _, err = H.vsalab("merge " .. dir .. "/m.db " .. s0)
+    assert.equal(1, rc, err)
+    assert.truthy(err:find("has 25 rows", 1, true) or err:find("rows (", 1, true), err)
+    assert.truthy(err:find("merge into a new OUT file", 1, true), err)
+    -- OUT kept its copy as it was; a new OUT takes the run whole.
+    local d = vsalab.db_open(dir .. "/m.db", {readonly = true})
+    assert.equal(0, d:q("SELECT count(*) AS n FROM result WHERE kernel = 'later'")[1].n)
+    d:close()
+    assert.equal(0, (H.vsalab("merge " .. dir .. "/m2.db " .. s0)))
+  end)
+
   it("refuses another schema version and leaves OUT as it was when a merge fails", function()
     shard_runs(2, "--sweep-id s2")
     -- OUT with one run already.
