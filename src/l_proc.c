@@ -12,7 +12,7 @@
  *   vsalab.proc_close(fd)
  *   how, code = vsalab.proc_wait(pid [, block])  -- nil while running;
  *               "exit", status or "signal", signo
- *   vsalab.proc_kill(pid, "INT" | "TERM" | "KILL")
+ *   vsalab.proc_kill(pid, "INT" | "TERM" | "KILL" [, group])  -- group: kill(-pid)
  *   t = vsalab.proc_now()             -- monotonic seconds
  *
  * Every descriptor is close-on-exec, so one worker never holds another's
@@ -256,7 +256,9 @@ l_proc_kill(lua_State *L)
           : strcmp(name, "KILL") == 0 ? SIGKILL : 0;
   if (!sig) return vsa_lua_errorf(L, "proc_kill: signal must be INT, TERM or KILL, got '%s'", name);
   if (pid <= 0) return vsa_lua_errorf(L, "proc_kill: pid must be positive");
-  lua_pushboolean(L, kill(pid, sig) == 0);
+  /* group: the whole process group whose id is pid (a child started as
+   * the leader of its own group, e.g. through setsid). */
+  lua_pushboolean(L, kill(lua_toboolean(L, 3) ? -pid : pid, sig) == 0);
   return 1;
 }
 

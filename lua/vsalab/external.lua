@@ -110,15 +110,35 @@ function M.call(b, p, bench)
     M.write_job(dir, b.name, p, bench)
     local parts = {}
     for i, a in ipairs(b.cmd) do parts[i] = quote(a) end
-    -- Through popen, not os.execute: system() ignores SIGINT while it
-    -- waits, so a Ctrl-C would kill the peer but not stop vsalab. The shell
-    -- writes the peer's exit status to DIR/status.
-    local cmdline = "(" .. table.concat(parts, " ") .. " " .. quote(dir) .. " >" .. quote(dir .. "/peer.log")
-      .. " 2>&1; echo $? >" .. quote(dir .. "/status") .. ")"
-    local h = io.popen(cmdline, "r")
-    if not h then error(string.format("backend %s failed: cannot start %s", b.name, b.cmd[1]), 0) end
-    h:read("*a")
-    h:close()
+    -- In a session of its own (setsid: its process group is its pid, which
+    -- exec keeps), so that a Ctrl-C, SIGTERM or --point-timeout here can
+    -- kill the peer and everything it started; vsalab waits in short polls,
+    -- so the interrupt reaches Lua. The shell writes the peer's exit status
+    -- to DIR/status.
+    local cmdline = "exec setsid sh -c " .. quote(table.concat(parts, " ") .. " " .. quote(dir)
+      .. " >" .. quote(dir .. "/peer.log") .. " 2>&1; echo $? >" .. quote(dir .. "/status"))
+    local okp, pid, msg_fd, err_fd = pcall(core.proc_spawn, {"/bin/sh", "-c", cmdline}, {})
+    if not okp then error(string.format("backend %s failed: cannot start %s: %s", b.name, b.cmd[1], tostring(pid)), 0) end
+    local running = true
+    local okw, werr = pcall(function()
+      while not core.proc_wait(pid) do
+        for _, fd in ipairs(core.proc_poll({err_fd}, 100)) do core.proc_read(fd) end
+      end
+      running = false
+    end)
+    if running then -- interrupted or timed out: the peer's whole group goes
+      core.proc_kill(pid, "TERM", true)
+      local t0, reaped = core.proc_now(), false
+      while not reaped and core.proc_now() - t0 < 2 do
+        reaped = core.proc_wait(pid) ~= nil
+        if not reaped then core.proc_poll({}, 50) end
+      end
+      core.proc_kill(pid, "KILL", true) -- what is left of the group
+      if not reaped then core.proc_wait(pid, true) end
+    end
+    core.proc_close(msg_fd)
+    core.proc_close(err_fd)
+    if not okw then error(werr, 0) end
     local rc = tonumber((read_file(dir .. "/status") or ""):match("%d+"))
     if rc ~= 0 then
       error(string.format("backend %s failed: peer exited with status %s: %s", b.name, tostring(rc),

@@ -130,6 +130,26 @@ describe("external backends", function()
     end
   end)
 
+  it("stop a hung peer and everything it started at --point-timeout", function()
+    local mark = "vsalab-hung-peer-" .. H.seed()
+    H.write(dir .. "/hang.sh", "#!/bin/sh\nsh -c 'sleep 1000' " .. mark .. "\n")
+    os.execute("chmod +x " .. dir .. "/hang.sh")
+    H.write(dir .. "/hang.lua", string.format([[
+vsalab.backends.external{name = "hung", cmd = {"/bin/sh", %q}, supported = function(d) return d == "cpu" end}
+dofile(%q)]], dir .. "/hang.sh", H.root .. "/experiments/smoke.lua"))
+    local db = dir .. "/hang.db"
+    local rc = H.sh(H.exe .. " run --point-timeout 1 --db " .. db .. " " .. dir .. "/hang.lua -a density=[0.5]")
+    assert.equal(0, rc) -- a point given up on is skipped, not failed
+    local d = vsalab.db_open(db, {readonly = true})
+    local notes = d:q("SELECT note FROM result WHERE kernel = 'config'")
+    d:close()
+    assert.is_true(#notes > 0)
+    assert.truthy(notes[1].note:find("timeout", 1, true), notes[1].note)
+    -- The peer's group was killed: nothing of it is left.
+    -- ("[v]salab...": a pattern that does not match pgrep's own shell.)
+    assert.equal(1, (H.sh("pgrep -f '[v]" .. mark:sub(2) .. "' >/dev/null")))
+  end)
+
   it("say why a peer is unavailable", function()
     local rc, _, err = H.vsalab("run --db " .. dir .. "/t.db " .. smoke .. " peers=triton")
     assert.equal(0, rc, err)
