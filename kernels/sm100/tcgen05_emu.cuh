@@ -170,7 +170,7 @@ commit(uint32_t mbar)
   push(cmd);
 }
 
-/* One thread, after its last commit: the emulator warpgroup returns. */
+/* One thread, after its last commit: the emulator warps return. */
 __device__ __forceinline__ void
 emu_stop()
 {
@@ -220,7 +220,7 @@ st_32x32b(uint32_t taddr, const uint32_t (&r)[N])
 }
 
 // ----------------------------------------------------------------------------
-// The emulator warpgroup
+// The emulator warps
 
 __device__ __forceinline__ void
 emu_sync()
