@@ -331,6 +331,23 @@ describe("run --shard, merge and logical runs", function()
     assert.equal(0, (H.vsalab("merge " .. dir .. "/m2.db " .. s0)))
   end)
 
+  it("refuses shards of one sweep id measured differently, or one slice twice", function()
+    for _, case in ipairs{{"--seed 99", "seed 99, not 1234"}, {"", "shard 0 too"}} do
+      os.execute("rm -f " .. dir .. "/*.db*")
+      local function shard(i, db, extra)
+        local rc, _, err = H.sh("VSALAB_TEST_POINTS=24 " .. H.exe .. " run --shard " .. i .. "/2 --sweep-id sx "
+          .. extra .. " --db " .. dir .. "/" .. db .. " " .. dir .. "/pts.lua")
+        assert.equal(0, rc, err)
+      end
+      shard(0, "a.db", "")
+      shard(0, "b.db", case[1])
+      local rc, _, err = H.vsalab("merge " .. dir .. "/m.db " .. dir .. "/a.db " .. dir .. "/b.db")
+      assert.equal(1, rc, err)
+      assert.truthy(err:find(case[2], 1, true), err)
+      assert.truthy(err:find("must be measured alike", 1, true), err)
+    end
+  end)
+
   it("refuses another schema version and leaves OUT as it was when a merge fails", function()
     shard_runs(2, "--sweep-id s2")
     -- OUT with one run already.
