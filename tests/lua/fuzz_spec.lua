@@ -22,10 +22,10 @@ describe("fuzz", function()
     local dir = H.tmpdir()
     for _ = 1, 3 do
       local seed = H.seed()
-      -- The cap stops a runaway, not a legitimate call: one random shape
-      -- may ask for a 2 GB tensor and fill it, and under ASan that once
-      -- peaked at 3,017 MB (CI, 2026-12-01) while a typical seed stays
-      -- near 330 MB. 6 GB leaves room for one such call.
+      -- The cap stops a runaway. A typical seed peaks near 330 MB under
+      -- ASan, but one CI run (2026-12-01) crossed the old 3 GB cap at
+      -- 3,017 MB and did not reproduce; random shapes can ask for tensors of
+      -- up to 2 GB, so 6 GB leaves room for one such call.
       local rc, out, err = H.sh("cd " .. dir .. " && " .. limited("timeout 120 " .. H.exe .. " run " .. H.root ..
         "/tests/fuzz/api_fuzz.lua " .. seed .. " 2000 40", 6000))
       assert(rc == 0 and out:match("fuzz ok"),
