@@ -140,9 +140,10 @@ cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
  * shapes it does not take (D != 128, S not a multiple of 64, 2^31 rows).
  */
 size_t bsa_backward_sm100a_scratch_bytes(const vsa_shape *s, int q_chunk, int sm_count);
-/* Dynamic shared memory a CTA of it takes (the same for both builds, the
- * emulation's queue included): the device's opt-in limit must be as large. */
+/* Shared memory a CTA of it takes (the emulated build: with the emulation's
+ * static state): the device's opt-in limit must be as large. */
 size_t bsa_backward_sm100a_smem_bytes(void);
+size_t bsa_backward_sm100a_smem_bytes_emu(void);
 int bsa_backward_sm100a_has_image(void);
 cudaError_t bsa_backward_sm100a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q,
                                 const uint16_t *d_k, const uint16_t *d_v, const uint16_t *d_o,

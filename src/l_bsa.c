@@ -734,10 +734,11 @@ sm100a_device_check(lua_State *L, int dev, int emulate)
     vsa_lua_errorf(L, "backward_sm100a: this build has no kernel image for cuda:%d (cc %d.%d)",
                    dev, cc / 10, cc % 10);
   int optin = 0;
+  size_t need = emulate ? bsa_backward_sm100a_smem_bytes_emu() : bsa_backward_sm100a_smem_bytes();
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-      (size_t)optin < bsa_backward_sm100a_smem_bytes())
+      (size_t)optin < need)
     vsa_lua_errorf(L, "backward_sm100a needs %zu bytes of opt-in shared memory, cuda:%d has %d",
-                   bsa_backward_sm100a_smem_bytes(), dev, optin);
+                   need, dev, optin);
 }
 
 static int

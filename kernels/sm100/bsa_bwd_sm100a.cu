@@ -683,13 +683,11 @@ SM100_FN(bsa_backward_sm100a_scratch_bytes)(const vsa_shape *s, int q_chunk, int
   return map_scratch(s, q_chunk, sm_count).total;
 }
 
-#ifndef VSA_TCGEN05_EMU
 extern "C" size_t
-bsa_backward_sm100a_smem_bytes(void)
+SM100_FN(bsa_backward_sm100a_smem_bytes)(void)
 {
-  return SMEM_BYTES + 3072; // + the emulation's static queue (tcgen05_emu.cuh), either build
+  return SMEM_BYTES + tc05::emu_smem_bytes; // dynamic, plus the emulation's static state
 }
-#endif
 
 extern "C" int
 SM100_FN(bsa_backward_sm100a_has_image)(void)
