@@ -4,10 +4,12 @@
 -- where the backend allows) and spot-checked against the fp64 oracle.
 --   build/vsalab run experiments/seed_sweep.lua [-a Sq=[4096,8192]]
 --       [-a density=0.1] [-a lists=[random,vsa:4]] [reference=0|1]
---       [check_blocks=2]
+--       [check_blocks=2] [kernels=all|default|NAME[,NAME...]]
 -- The reference joins only up to 16k tokens unless reference=1. lists=vsa:ℓ
 -- lays the blocks out as the most cubic tile grid (4k: a 16×16×16 latent;
--- vsalab.problem.grid_latent) and selects VSA-like lists there.
+-- vsalab.problem.grid_latent) and selects VSA-like lists there. kernels=
+-- picks backwards (default: all available; peers= adds external ones, name
+-- them too when picking).
 local exp = require "vsalab.experiment"
 local sweep = require "vsalab.sweep"
 
@@ -15,7 +17,7 @@ local sw = sweep.new{
   axes = {{"Sq", sweep.pow2(12, 17)}, {"density", {0.25}}, {"lists", {"random"}}},
   fixed = {B = 1, H = 8, D = 128},
 }
-local a = exp.args(sw:override(arg), {reference = 0, check_blocks = 2})
+local a = exp.args(sw:override(arg), {reference = 0, check_blocks = 2, kernels = "all"})
 local configs = {}
 for _, p in ipairs(sw:points()) do
   if a.reference == 0 and p.Sq > 16384 then p.skip = {reference = true} end
@@ -26,6 +28,7 @@ end
 local triton = {[4096] = 225, [8192] = 296, [16384] = 328, [32768] = 335,
   [65536] = 333, [131072] = 293}
 exp.run{name = "seed_sweep", device = "cuda", configs = configs,
+  kernels = exp.kernel_set("cuda", a.kernels),
   seed = vsalab.context.seed,
   check = {q_blocks = a.check_blocks, kv_blocks = a.check_blocks},
   anchors = function(r)

@@ -94,12 +94,14 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
  * holds the fp32 dQ accumulator, Delta, the deterministic mode's row
  * exponents, the work order and the q-chunk partials
  * (bsa_backward_sm90a_scratch_bytes). variant picks the main kernel:
+ *   VSA_SM90A_KV2    v4: as v3 with two kv blocks a CTA sharing each q
+ *                    block both select (one load, one dQ reduce)
  *   VSA_SM90A_WS     v3: warp-specialized, TMA + mbarrier producer (default)
  *   VSA_SM90A_BULK   v2: one warpgroup, cp.async, one bulk dQ reduce per pair
  *   VSA_SM90A_ATOMIC v1: as v2 with dQ by vector atomics
- * deterministic (VSA_SM90A_WS only): dQ partials added as int32 fixed point
+ * deterministic (VSA_SM90A_WS, VSA_SM90A_KV2): dQ partials added as int32 fixed point
  * (exact in any order: the same bits every run; common/bwd_prep.h has the
- * bound), else fp32 in arrival order. q_chunk (VSA_SM90A_WS): q blocks per
+ * bound), else fp32 in arrival order. q_chunk (v3, v4): q blocks per
  * chunk of the q range (0: all): a kv block's pairs are taken one chunk at
  * a time, chunk-major, so that the Q/dO/dQ working set of the CTAs running
  * at once stays in L2 at long sequences; dK/dV partials pass between a kv
@@ -109,7 +111,8 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
 typedef enum {
   VSA_SM90A_ATOMIC = 0,
   VSA_SM90A_BULK = 1,
-  VSA_SM90A_WS = 2
+  VSA_SM90A_WS = 2,
+  VSA_SM90A_KV2 = 3
 } vsa_sm90a_variant;
 size_t bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk);
 cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,

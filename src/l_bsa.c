@@ -750,7 +750,7 @@ l_sm100a_image_check(lua_State *L)
 
 /* vsalab.backward_sm90a(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out={dq, dk, dv},
- *   poison=true, validate=false, canonical=true, version=3,
+ *   poison=true, validate=false, canonical=true, version=3 (1..4),
  *   deterministic=false, q_chunk=512}]) -> dq, dk, dv bf16
  *   (dq, dk × sm_scale).
  * vsalab.backward_sm100a(same [, {sm_scale, out, poison, validate,
@@ -761,11 +761,14 @@ l_sm100a_image_check(lua_State *L)
  * canonical sorts each kv list (two inversions) so dk/dv are bitwise the
  * same whatever the list order; canonical=false skips it for lists already
  * ascending (vsalab.invert_indices output). version (sm90a) picks the main
- * kernel: 3 (warp-specialized TMA producer, default), 2 (one warpgroup,
- * bulk dQ reduce) or 1 (dQ by atomics); kernels/NOTES.md has each one's
- * figures. deterministic=true makes dq the same bits every run: the dQ
- * partials are added as int32 fixed point, exact in any order (sm90a:
- * version 3; sm100a: its default), instead of fp32 in arrival order; the
+ * kernel: 3 (warp-specialized TMA producer, default), 4 (v3 with two kv
+ * blocks a CTA that share each q block both select: one load and one dQ
+ * reduce for it; needs ascending lists to share, which canonical gives),
+ * 2 (one warpgroup, bulk dQ reduce) or 1 (dQ by atomics);
+ * kernels/NOTES.md has each one's figures. deterministic=true makes dq the
+ * same bits every run: the dQ partials are added as int32 fixed point,
+ * exact in any order (sm90a: versions 3 and 4; sm100a: its default),
+ * instead of fp32 in arrival order; the
  * per-row scale bound is in kernels/common/bwd_prep.h.
  * q_chunk (default 512, 0 = off) takes each kv block's pairs one range of
  * q_chunk q blocks at a time, all kv blocks of a range before the next, so
@@ -809,15 +812,18 @@ native(lua_State *L, native_arch arch)
       lua_getfield(L, 10, "version");
       if (!lua_isnil(L, -1)) {
         lua_Number v = lua_tonumber(L, -1);
-        if (lua_type(L, -1) != LUA_TNUMBER || (v != 1 && v != 2 && v != 3))
-          return vsa_lua_errorf(L, "backward_sm90a: field 'version' must be 1, 2 or 3");
-        variant = v == 3 ? VSA_SM90A_WS : v == 2 ? VSA_SM90A_BULK : VSA_SM90A_ATOMIC;
+        if (lua_type(L, -1) != LUA_TNUMBER || (v != 1 && v != 2 && v != 3 && v != 4))
+          return vsa_lua_errorf(L, "backward_sm90a: field 'version' must be 1, 2, 3 or 4");
+        variant = v == 4   ? VSA_SM90A_KV2
+                  : v == 3 ? VSA_SM90A_WS
+                  : v == 2 ? VSA_SM90A_BULK
+                           : VSA_SM90A_ATOMIC;
       }
       lua_pop(L, 1);
     }
   }
-  if (deterministic && variant != VSA_SM90A_WS)
-    return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3");
+  if (deterministic && variant != VSA_SM90A_WS && variant != VSA_SM90A_KV2)
+    return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3 or 4");
   bwd_args a;
   backward_args(L, &a, validate);
   attn_dims d = a.d;

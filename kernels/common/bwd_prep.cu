@@ -1,6 +1,8 @@
 /* bwd_prep.cu — the preprocess, postprocess and host helpers both native
  * backwards share (see bwd_prep.h). Plain CUDA: built for every target. */
 #include <cuda_bf16.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "bwd_prep.h"
 
@@ -31,8 +33,18 @@ sort_group(const prep_params &p, int g)
       const int x = x0 + t;
       int key = 256; // past the end: no bucket
       if (x < p.group_items) {
-        const int64_t cnt = min(max(p.k2q_num[first + x], 0), p.k2q_width);
-        const int64_t b = cnt * 256 / ((int64_t)p.k2q_width + 1); // 0..255
+        const int64_t it = first + x;
+        int64_t cnt, most = p.k2q_width;
+        if (p.pair_nkv > 0) { // a pair of kv blocks: both counts
+          const int64_t npairs = (p.pair_nkv + 1) / 2, bh = it / npairs;
+          const int j = 2 * (int)(it % npairs);
+          cnt = min(max(p.k2q_num[bh * p.pair_nkv + j], 0), p.k2q_width);
+          if (j + 1 < p.pair_nkv) cnt += min(max(p.k2q_num[bh * p.pair_nkv + j + 1], 0), p.k2q_width);
+          most = 2 * most;
+        } else {
+          cnt = min(max(p.k2q_num[it], 0), p.k2q_width);
+        }
+        const int64_t b = cnt * 256 / (most + 1); // 0..255
         key = 255 - (int)b;
       }
       const unsigned peers = __match_any_sync(0xffffffffu, key);
@@ -149,7 +161,7 @@ dq_index(dq_layout layout, int64_t row, int c)
   switch (layout) {
   case DQ_ROWS: return (row << 5) + c;
   case DQ_ROWS_SWIZZLED:
-  case DQ_ROWS_SWIZZLED_FIXED: return (row << 5) + (c ^ (int)(row & 7));
+  case DQ_ROWS_SWIZZLED_FIXED: return (row << 5) + (c ^ dq_row_swizzle(row));
   default: { // quarters of each 64-row q block
     const int r = (int)(row & 63), qt = c >> 3, x = c & 7;
     return ((row >> 6) << 11) + (qt << 9) + (r << 3) + (x ^ (r & 7));
@@ -244,6 +256,13 @@ tile_map(CUtensorMap *m, const void *data, int64_t rows)
                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+bool
+ablate_no_dq_reduce()
+{
+  const char *a = getenv("VSALAB_ABLATE");
+  return a && strcmp(a, "no_dq_reduce") == 0;
 }
 
 }  // namespace vsa_bwd

@@ -6,8 +6,8 @@
  * public launchers are in kernels.h.
  *
  * The dQ accumulator is fp32 [B·H·Sq, 128] rows. "Swizzled" rows store
- * 16-byte chunk c of row r at chunk c ^ (r & 7), the order both main
- * kernels stage dQ in shared memory without bank conflicts; the
+ * 16-byte chunk c of row r at chunk c ^ dq_row_swizzle(r), the order the
+ * sm90a kernels stage dQ in shared memory without bank conflicts; the
  * postprocess reads them back in order.
  */
 #pragma once
@@ -20,6 +20,18 @@ namespace vsa_bwd {
 constexpr int BLK = 64;  // tokens per block
 constexpr int D = 128;   // head dim of the native kernels
 
+/* The chunk swizzle of a "swizzled" dQ row: a permutation of 0..7 by row.
+ * A warp's 8-byte stores of a wgmma fragment are served 16 lanes (rows
+ * r..r+3 of one 8-row group, two chunks each) per pass; giving those rows
+ * the values 0, 2, 4, 6 (and rows r+4..r+7 the values 1, 3, 5, 7) puts a
+ * pass's 8 chunks in 8 different bank groups. The plain row & 7 put two
+ * of them in each group (2-way conflicts; Nsight Compute, v3.1). */
+__host__ __device__ __forceinline__ int
+dq_row_swizzle(int64_t row)
+{
+  return (int)(((row & 3) << 1) | ((row >> 2) & 1));
+}
+
 /* Scratch the preprocess zeroes and the work order it builds; with row_exp
  * set, also the fixed-point exponents of the deterministic dQ mode. */
 struct prep_params {
@@ -31,9 +43,11 @@ struct prep_params {
   int64_t n_a, n_b;
   // Work order (order NULL: none): group g of `group_items` (b, h, kv
   // block) items, g < groups, sorted by k2q count, largest first, into
-  // order (item = (b·H + h)·nkv + kv block).
+  // order (item = (b·H + h)·nkv + kv block). pair_nkv > 0: items are pairs
+  // of kv blocks (2p, 2p+1) of heads of pair_nkv blocks, item = (b·H +
+  // h)·⌈pair_nkv/2⌉ + p, sorted by the pair's summed counts.
   const int32_t *k2q_num;
-  int k2q_width, groups, group_items;
+  int k2q_width, groups, group_items, pair_nkv;
   int32_t *order;
   // Deterministic dQ (row_exp non-NULL): dQ partials are added as int32
   // round(x · 2^row_exp[row]). Per (b, h), kv_stats gets max|K| and
@@ -57,7 +71,7 @@ cudaError_t launch_prep(const prep_params &p, cudaStream_t stream);
 /* How a main kernel leaves dQ in the accumulator. */
 enum dq_layout {
   DQ_ROWS,            // fp32 rows in order (atomics)
-  DQ_ROWS_SWIZZLED,   // fp32 rows, chunk c of row r at c ^ (r & 7) (sm90a bulk)
+  DQ_ROWS_SWIZZLED,   // fp32 rows, chunk c of row r at c ^ dq_row_swizzle(r) (sm90a bulk)
   DQ_ROWS_SWIZZLED_FIXED, // the same, int32 fixed point with row_exp (sm90a deterministic)
   DQ_QUARTERS,        // per 64-row q block: [column quarter][row][8 chunks at
                       // c ^ (row & 7)], fp32 (sm100a: 4 KB per warp and quarter)
@@ -76,6 +90,11 @@ int chunk_count(int64_t nq, int q_chunk);
  * their Q, dO and fp32 dQ rows (1 KB a row) within 32 MB of L2, a divisor
  * of BH; one head a group when the q range is chunked. */
 int heads_per_group(int64_t BH, int64_t Sq, int chunks);
+
+/* True when the environment asks for the profiling ablation
+ * VSALAB_ABLATE=no_dq_reduce: the sm90a main kernels then skip the dQ
+ * reduce (dq is wrong; only timings mean anything). Read at each launch. */
+bool ablate_no_dq_reduce();
 
 /* A 2D tensor map over `rows` x 128 bf16 (256-byte rows) with 64x64 boxes
  * and the 128-byte swizzle (cuTensorMapEncodeTiled, found through the

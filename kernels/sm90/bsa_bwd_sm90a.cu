@@ -123,7 +123,7 @@ bwd_kernel(const bwd_params p)
     cp_async_wait<1>();
     if (it == 0) {
       __syncthreads(); // every thread's K/V copies have landed
-      zero_padded_rows(base_ptr, vb);
+      zero_padded_rows(base_ptr + OFF_K, base_ptr + OFF_V, vb);
     }
     fence_proxy_async();
     __syncthreads();
@@ -199,7 +199,8 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
 {
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->B * s->H > 65535 || k2q_width < 1)
     return cudaErrorInvalidValue;
-  if (deterministic && variant != VSA_SM90A_WS) return cudaErrorInvalidValue;
+  const bool ws = variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2; // TMA producer kernels
+  if (deterministic && !ws) return cudaErrorInvalidValue;
   const int64_t BH = (int64_t)s->B * s->H, rows = BH * s->Sq, kv_rows = BH * s->Skv;
   const int nkv = s->Skv / BLK;
   float *dq_accum = static_cast<float *>(d_scratch);
@@ -207,7 +208,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   int *row_exp = reinterpret_cast<int *>(delta + rows);
   uint32_t *kv_stats = reinterpret_cast<uint32_t *>(row_exp + rows);
   int32_t *order = reinterpret_cast<int32_t *>(kv_stats + BH * 2);
-  const int chunks = variant == VSA_SM90A_WS ? vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) : 1;
+  const int chunks = ws ? vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) : 1;
   float *kv_acc = reinterpret_cast<float *>(static_cast<char *>(d_scratch) +
                                             kv_acc_offset(rows, kv_rows, BH));
   int *kv_sem = reinterpret_cast<int *>(kv_acc + kv_rows * 2 * D);
@@ -223,8 +224,10 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   pp.k2q_num = d_k2q_num;
   pp.k2q_width = k2q_width;
   pp.groups = (int)(BH / group);
-  pp.group_items = group * nkv;
-  pp.order = variant == VSA_SM90A_WS ? order : NULL;
+  // v4's items are pairs of kv blocks, ordered by their summed list lengths.
+  pp.pair_nkv = variant == VSA_SM90A_KV2 ? nkv : 0;
+  pp.group_items = group * (variant == VSA_SM90A_KV2 ? (nkv + 1) / 2 : nkv);
+  pp.order = ws ? order : NULL;
   if (deterministic) {
     pp.k = d_k;
     pp.v = d_v;
@@ -251,7 +254,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   c.dq_accum = dq_accum;
   c.dk = reinterpret_cast<__nv_bfloat16 *>(d_dk);
   c.dv = reinterpret_cast<__nv_bfloat16 *>(d_dv);
-  if (variant == VSA_SM90A_WS) {
+  if (ws) {
     sm90_ws_params p;
     static_cast<sm90_bwd_common &>(p) = c;
     p.row_exp = pp.row_exp;
@@ -262,7 +265,9 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     p.order = pp.order;
     p.groups = pp.groups;
     p.group_items = pp.group_items;
-    cudaError_t e = sm90_ws_launch(p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv, stream);
+    p.skip_dq_reduce = vsa_bwd::ablate_no_dq_reduce();
+    cudaError_t e = (variant == VSA_SM90A_KV2 ? sm90_kv2_launch : sm90_ws_launch)(
+        p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv, stream);
     if (e != cudaSuccess) return e;
   } else {
     static bool configured = false;

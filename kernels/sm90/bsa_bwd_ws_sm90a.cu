@@ -51,58 +51,11 @@ template <bool FIXED>
 __device__ __forceinline__ void
 reduce_dq(const sm90_ws_params &p, int64_t bh, int i, uint32_t stage)
 {
+  if (p.skip_dq_reduce) return;
   float *dqa = p.dq_accum + (bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK) * D;
   if (FIXED) bulk_reduce_add_u32(reinterpret_cast<uint32_t *>(dqa), stage, BLK * D * sizeof(float));
   else bulk_reduce_add_f32(dqa, stage, BLK * D * sizeof(float));
   bulk_wait_read();
-}
-
-/* Consumer threads, after the last pair of chunk c: hand dK, dV on. With
- * one chunk they go straight out as bf16; otherwise chunk c waits until
- * chunk c-1 of the same kv block has stored its running sum, adds it, and
- * stores the sum (or, for the last chunk, the bf16 outputs) before letting
- * chunk c+1 go. Chunks of a kv block start in order (chunk-major grid), so
- * the wait never depends on a CTA that has not started; the adds happen in
- * chunk order, so dK/dV are the same bits every run. */
-__device__ __forceinline__ void
-finish_kv(const sm90_ws_params &p, int64_t bh, int j, int c, float *acc_dk, float *acc_dv)
-{
-  const int64_t kv_row0 = bh * ((int64_t)p.nkv * BLK) + (int64_t)j * BLK;
-  if (p.chunks == 1) {
-    store_rows(p.dk + kv_row0 * D, acc_dk, p.sm_scale);
-    store_rows(p.dv + kv_row0 * D, acc_dv, 1.f);
-    return;
-  }
-  int *sem = p.kv_sem + bh * p.nkv + j;
-  const int t = threadIdx.x & 127;
-  // This thread's fragment: 64 floats of dK, then 64 of dV, per thread.
-  float4 *acc = reinterpret_cast<float4 *>(p.kv_acc + kv_row0 * (2 * D)) + t;
-  if (c > 0) {
-    if (t == 0) wait_turn(sem, c);
-    named_sync(BAR_CONSUMERS, CONSUMER_THREADS);
-    __threadfence();
-#pragma unroll
-    for (int x = 0; x < 16; x++) {
-      float4 a = __ldcg(acc + x * CONSUMER_THREADS), v = __ldcg(acc + (16 + x) * CONSUMER_THREADS);
-      acc_dk[4 * x] += a.x; acc_dk[4 * x + 1] += a.y; acc_dk[4 * x + 2] += a.z; acc_dk[4 * x + 3] += a.w;
-      acc_dv[4 * x] += v.x; acc_dv[4 * x + 1] += v.y; acc_dv[4 * x + 2] += v.z; acc_dv[4 * x + 3] += v.w;
-    }
-  }
-  if (c == p.chunks - 1) {
-    store_rows(p.dk + kv_row0 * D, acc_dk, p.sm_scale);
-    store_rows(p.dv + kv_row0 * D, acc_dv, 1.f);
-    return;
-  }
-#pragma unroll
-  for (int x = 0; x < 16; x++) {
-    __stcg(acc + x * CONSUMER_THREADS,
-           make_float4(acc_dk[4 * x], acc_dk[4 * x + 1], acc_dk[4 * x + 2], acc_dk[4 * x + 3]));
-    __stcg(acc + (16 + x) * CONSUMER_THREADS,
-           make_float4(acc_dv[4 * x], acc_dv[4 * x + 1], acc_dv[4 * x + 2], acc_dv[4 * x + 3]));
-  }
-  __threadfence();
-  named_sync(BAR_CONSUMERS, CONSUMER_THREADS);
-  if (t == 0) red_release_add(sem, 1);
 }
 
 template <bool FIXED>
@@ -193,7 +146,7 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
   if (first < cnt) {
     mbar_wait(bar_kv, 0);
     if (vb < BLK) {
-      zero_padded_rows(base_ptr, vb);
+      zero_padded_rows(base_ptr + OFF_K, base_ptr + OFF_V, vb);
       fence_proxy_async();
       named_sync(BAR_CONSUMERS, CONSUMER_THREADS);
     }
@@ -219,7 +172,8 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
     fence_proxy_async(); // the staged dQ is read by the copy engine next
     mbar_arrive(bar_ready + 8 * s);
   }
-  finish_kv(p, bh, j, c, acc_dk, acc_dv);
+  finish_kv(kv_row0, c, p.chunks, p.kv_acc, p.kv_sem + bh * p.nkv + j, p.dk, p.dv, p.sm_scale,
+            BAR_CONSUMERS, acc_dk, acc_dv);
 #endif
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 #include <cuda_bf16.h>
 
+#include "../common/bwd_prep.h"
 #include "wgmma.cuh"
 
 namespace sm90bwd {
@@ -73,40 +74,106 @@ store_rows(__nv_bfloat16 *out, const float *acc, float scale)
 }
 
 /* Byte offset of dQ element (row, col) in a staged fp32 dQ tile: 512-byte
- * rows whose 16-byte chunks are XOR-swizzled by (row & 7) against bank
- * conflicts. The accumulator then holds swizzled rows, which the
- * postprocess reads back in order. */
+ * rows whose 16-byte chunks are XOR-swizzled by vsa_bwd::dq_row_swizzle
+ * (no bank conflicts for the fragment's 8-byte stores; see bwd_prep.h). The
+ * accumulator then holds swizzled rows, which the postprocess reads back
+ * in order. */
 __device__ __forceinline__ uint32_t
 dq_stage_offset(int row, int col)
 {
-  return row * 512 + ((((col >> 2) ^ (row & 7))) << 4) + ((col & 3) << 2);
+  return row * 512 + ((((col >> 2) ^ vsa_bwd::dq_row_swizzle(row))) << 4) + ((col & 3) << 2);
 }
 
-/* Zero K and V rows >= vb in shared memory (consumer threads): masked rows
- * then contribute exact zeros whatever the padded slots hold. */
+/* Zero K and V rows >= vb in shared memory (one consumer warpgroup, its
+ * lanes via threadIdx & 127; k, v: the tiles): masked rows then contribute
+ * exact zeros whatever the padded slots hold. */
 __device__ __forceinline__ void
-zero_padded_rows(unsigned char *base_ptr, int vb)
+zero_padded_rows(unsigned char *k, unsigned char *v, int vb)
 {
   for (int id = threadIdx.x & 127; id < BLK * 16; id += CONSUMER_THREADS) {
     int row = id >> 4, c16 = id & 15;
     if (row >= vb) {
       uint32_t off = (c16 >> 3) * REGION + row * 128 + (c16 & 7) * 16;
-      *reinterpret_cast<uint4 *>(base_ptr + OFF_K + off) = make_uint4(0, 0, 0, 0);
-      *reinterpret_cast<uint4 *>(base_ptr + OFF_V + off) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(k + off) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4 *>(v + off) = make_uint4(0, 0, 0, 0);
     }
   }
 }
 
-/* The five GEMMs of one pair for the consumer warpgroup (threads 0..127 of
- * the CTA, or the low warpgroup's lanes via threadIdx & 127). sQ/sdO: the
- * stage's tiles; lse/delta: its statistics. emit(hn, acc_q) receives dQ_i's
- * 64-column half hn (fragment order) after every wgmma of the pair has
- * retired, so the stage may be overwritten inside emit. */
-template <class Emit>
+/* One consumer warpgroup, after the last pair of q chunk c of kv block j:
+ * hand dK, dV on (kv_row0: j's first row in dk/dv; bar: the warpgroup's
+ * named barrier). With one chunk they go straight out as bf16; otherwise
+ * chunk c waits until chunk c-1 of the same kv block has stored its
+ * running sum in kv_acc (its counter in kv_sem reaches c), adds it, and
+ * stores the sum (or, for the last chunk, the bf16 outputs) before letting
+ * chunk c+1 go. Chunks of a kv block start in order (chunk-major grid), so
+ * the wait never depends on a CTA that has not started; the adds happen in
+ * chunk order, so dK/dV are the same bits every run. */
 __device__ __forceinline__ void
-pair_gradients(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO,
-               const float *lse, const float *delta, float scale_log2, bool valid0,
-               bool valid1, float *acc_dk, float *acc_dv, Emit emit)
+finish_kv(int64_t kv_row0, int c, int chunks, float *kv_acc, int *sem, __nv_bfloat16 *dk,
+          __nv_bfloat16 *dv, float sm_scale, int bar, float *acc_dk, float *acc_dv)
+{
+  if (chunks == 1) {
+    store_rows(dk + kv_row0 * D, acc_dk, sm_scale);
+    store_rows(dv + kv_row0 * D, acc_dv, 1.f);
+    return;
+  }
+  const int t = threadIdx.x & 127;
+  // This thread's fragment: 64 floats of dK, then 64 of dV, per thread.
+  float4 *acc = reinterpret_cast<float4 *>(kv_acc + kv_row0 * (2 * D)) + t;
+  if (c > 0) {
+    if (t == 0) wait_turn(sem, c);
+    named_sync(bar, CONSUMER_THREADS);
+    __threadfence();
+#pragma unroll
+    for (int x = 0; x < 16; x++) {
+      float4 a = __ldcg(acc + x * CONSUMER_THREADS), v = __ldcg(acc + (16 + x) * CONSUMER_THREADS);
+      acc_dk[4 * x] += a.x; acc_dk[4 * x + 1] += a.y; acc_dk[4 * x + 2] += a.z; acc_dk[4 * x + 3] += a.w;
+      acc_dv[4 * x] += v.x; acc_dv[4 * x + 1] += v.y; acc_dv[4 * x + 2] += v.z; acc_dv[4 * x + 3] += v.w;
+    }
+  }
+  if (c == chunks - 1) {
+    store_rows(dk + kv_row0 * D, acc_dk, sm_scale);
+    store_rows(dv + kv_row0 * D, acc_dv, 1.f);
+    return;
+  }
+#pragma unroll
+  for (int x = 0; x < 16; x++) {
+    __stcg(acc + x * CONSUMER_THREADS,
+           make_float4(acc_dk[4 * x], acc_dk[4 * x + 1], acc_dk[4 * x + 2], acc_dk[4 * x + 3]));
+    __stcg(acc + (16 + x) * CONSUMER_THREADS,
+           make_float4(acc_dv[4 * x], acc_dv[4 * x + 1], acc_dv[4 * x + 2], acc_dv[4 * x + 3]));
+  }
+  __threadfence();
+  named_sync(bar, CONSUMER_THREADS);
+  if (t == 0) red_release_add(sem, 1);
+}
+
+/* Where one kv block's operands sit in shared memory, as byte offsets from
+ * the 1024-aligned base: K_j and V_j tiles (128B-swizzled, two 64-column
+ * regions each) and the dS^T tile of its warpgroup's current pair.
+ * Compile-time offsets keep them out of the consumer's registers (runtime
+ * ones cost enough registers that ptxas serialised the wgmmas). */
+template <uint32_t K_, uint32_t V_, uint32_t DS_>
+struct kv_tiles {
+  static constexpr uint32_t k = K_, v = V_, ds = DS_;
+};
+
+/* Phase 1 of a pair for one consumer warpgroup (its lanes via threadIdx &
+ * 127) and kv block T: S^T, dP^T, P^T, dS^T; dS^T stored bf16 to T::ds;
+ * dV += P^T dO and
+ * dK += dS^T Q issued (one commit group, still running on return). sQ/sdO:
+ * the stage's tiles; lse/delta: its statistics; a_p, a_ds (16 each): P^T
+ * and dS^T as bf16 A fragments, which the running dV/dK wgmmas read from
+ * registers until a later wait retires them. The caller then makes dS^T
+ * visible with a named barrier before any dQ GEMM reads it, and runs the
+ * dQ GEMM itself: written out at each call site, because ptxas serialised
+ * every wgmma of v3 (C7512) when that loop was a function of its own. */
+template <class T>
+__device__ __forceinline__ void
+pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, const float *lse,
+          const float *delta, float scale_log2, bool valid0, bool valid1, float *acc_dk,
+          float *acc_dv, uint32_t *a_p, uint32_t *a_ds)
 {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
@@ -117,23 +184,31 @@ pair_gradients(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO
 #pragma unroll
   for (int kk = 0; kk < 8; kk++) {
     uint32_t off = (kk >> 2) * REGION + (kk & 3) * 32;
-    wgmma_ss_n64<0, 0>(acc_s, desc_kmajor(base + OFF_K + off), desc_kmajor(sQ + off), kk > 0);
+    wgmma_ss_n64<0, 0>(acc_s, desc_kmajor(base + T::k + off), desc_kmajor(sQ + off), kk > 0);
   }
   wgmma_commit();
 #pragma unroll
   for (int kk = 0; kk < 8; kk++) {
     uint32_t off = (kk >> 2) * REGION + (kk & 3) * 32;
-    wgmma_ss_n64<0, 0>(acc_dp, desc_kmajor(base + OFF_V + off), desc_kmajor(sdO + off), kk > 0);
+    wgmma_ss_n64<0, 0>(acc_dp, desc_kmajor(base + T::v + off), desc_kmajor(sdO + off), kk > 0);
   }
   wgmma_commit();
 
+  // lse_i and Delta_i of this thread's columns, read before the waits (a
+  // wait is a compiler memory barrier: loads after it stall the softmax).
+  float2 lse2[8], delta2[8];
+#pragma unroll
+  for (int jn = 0; jn < 8; jn++) {
+    const int col = jn * 8 + 2 * (lane & 3);
+    lse2[jn] = *reinterpret_cast<const float2 *>(lse + col);
+    delta2[jn] = *reinterpret_cast<const float2 *>(delta + col);
+  }
   // P^T: columns of this thread's fragment are q rows of block i.
   wgmma_wait<1>();
   reg_fence(acc_s, 32);
 #pragma unroll
   for (int jn = 0; jn < 8; jn++) {
-    int col = jn * 8 + 2 * (lane & 3);
-    float l0 = lse[col], l1 = lse[col + 1];
+    const float l0 = lse2[jn].x, l1 = lse2[jn].y;
     acc_s[4 * jn + 0] = valid0 ? fast_exp2(fmaf(acc_s[4 * jn + 0], scale_log2, -l0)) : 0.f;
     acc_s[4 * jn + 1] = valid0 ? fast_exp2(fmaf(acc_s[4 * jn + 1], scale_log2, -l1)) : 0.f;
     acc_s[4 * jn + 2] = valid1 ? fast_exp2(fmaf(acc_s[4 * jn + 2], scale_log2, -l0)) : 0.f;
@@ -144,8 +219,7 @@ pair_gradients(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO
   // dS^T = P^T (dP^T − Delta), selected to 0 on masked rows.
 #pragma unroll
   for (int jn = 0; jn < 8; jn++) {
-    int col = jn * 8 + 2 * (lane & 3);
-    float d0 = delta[col], d1 = delta[col + 1];
+    const float d0 = delta2[jn].x, d1 = delta2[jn].y;
     acc_dp[4 * jn + 0] = valid0 ? acc_s[4 * jn + 0] * (acc_dp[4 * jn + 0] - d0) : 0.f;
     acc_dp[4 * jn + 1] = valid0 ? acc_s[4 * jn + 1] * (acc_dp[4 * jn + 1] - d1) : 0.f;
     acc_dp[4 * jn + 2] = valid1 ? acc_s[4 * jn + 2] * (acc_dp[4 * jn + 2] - d0) : 0.f;
@@ -153,20 +227,18 @@ pair_gradients(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO
   }
   // Accumulator pairs of n8 chunks (2kk, 2kk+1) are the A fragment of k16
   // slice kk: no shuffles.
-  uint32_t a_p[16], a_ds[16];
 #pragma unroll
   for (int x = 0; x < 16; x++) {
     a_p[x] = pack_bf16(acc_s[2 * x], acc_s[2 * x + 1]);
     a_ds[x] = pack_bf16(acc_dp[2 * x], acc_dp[2 * x + 1]);
   }
   // dS^T (kv rows x q columns) to shared memory for the dQ GEMM. The
-  // previous pair's dQ GEMM has retired in every warp (its emit ran).
-  unsigned char *sds = base_ptr + OFF_DS;
+  // previous dQ GEMM that read this dS^T tile has retired (see the callers).
 #pragma unroll
   for (int jn = 0; jn < 8; jn++) {
     int col = jn * 8 + 2 * (lane & 3);
-    *reinterpret_cast<uint32_t *>(sds + sw128_offset(r0, col)) = a_ds[2 * jn];
-    *reinterpret_cast<uint32_t *>(sds + sw128_offset(r1, col)) = a_ds[2 * jn + 1];
+    *reinterpret_cast<uint32_t *>(base_ptr + T::ds + sw128_offset(r0, col)) = a_ds[2 * jn];
+    *reinterpret_cast<uint32_t *>(base_ptr + T::ds + sw128_offset(r1, col)) = a_ds[2 * jn + 1];
   }
   // dV += P^T dO, dK += dS^T Q (dO, Q read N-major).
   wgmma_fence();
@@ -177,10 +249,48 @@ pair_gradients(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO
   for (int kk = 0; kk < 4; kk++)
     wgmma_rs_n128<1>(acc_dk, &a_ds[4 * kk], desc_mnmajor(sQ + kk * 2048));
   wgmma_commit();
-  fence_proxy_async();
-  named_sync(BAR_CONSUMERS, CONSUMER_THREADS); // dS^T complete for every warp
+  fence_proxy_async(); // dS^T is read by the async proxy (wgmma) next
+}
 
-  // dQ_i = dS K, 64 columns of d at a time.
+/* Phase 2 (v4) for a q block both kv blocks of a CTA select: this warpgroup's
+ * 64-column half hn of dQ_i = dS_0 K_0 + dS_1 K_1 (K = 128 kv rows), so the
+ * two partials leave as one. kv: K_0 (K_1 two tiles after it, V between);
+ * ds: dS^T_0 (dS^T_1 one region after it); a_p, a_ds: phase 1's
+ * fragments, kept until the wait. Both dS^T tiles must be visible
+ * (a barrier over both warpgroups). Returns after every wgmma of this
+ * warpgroup has retired; the other warpgroup's may still run. */
+__device__ __forceinline__ void
+pair_dq_shared(uint32_t kv, uint32_t ds, int hn, float *acc_q, uint32_t *a_p, uint32_t *a_ds)
+{
+  wgmma_fence();
+#pragma unroll
+  for (int w = 0; w < 2; w++)
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+      wgmma_ss_n64<1, 1>(acc_q, desc_mnmajor(ds + w * REGION + kk * 2048),
+                         desc_mnmajor(kv + w * 2 * TILE + hn * REGION + kk * 2048),
+                         w > 0 || kk > 0);
+  wgmma_commit();
+  wgmma_wait<0>(); // also retires this warpgroup's dV/dK
+  reg_fence(acc_q, 32);
+  reg_fence_u32(a_p, 16);
+  reg_fence_u32(a_ds, 16);
+}
+
+/* The five GEMMs of one pair for a CTA with one consumer warpgroup
+ * (threads 0..127, v2 and v3): phase 1, the warpgroup's barrier, phase 2.
+ * The layout is the map above (OFF_K, OFF_V, OFF_DS). */
+template <class Emit>
+__device__ __forceinline__ void
+pair_gradients(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO,
+               const float *lse, const float *delta, float scale_log2, bool valid0,
+               bool valid1, float *acc_dk, float *acc_dv, Emit emit)
+{
+  using T = kv_tiles<OFF_K, OFF_V, OFF_DS>;
+  uint32_t a_p[16], a_ds[16];
+  pair_dkdv<T>(base, base_ptr, sQ, sdO, lse, delta, scale_log2, valid0, valid1, acc_dk, acc_dv,
+               a_p, a_ds);
+  named_sync(BAR_CONSUMERS, CONSUMER_THREADS); // dS^T complete for every warp
 #pragma unroll
   for (int hn = 0; hn < 2; hn++) {
     float acc_q[32];
@@ -190,7 +300,7 @@ pair_gradients(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO
       wgmma_ss_n64<1, 1>(acc_q, desc_mnmajor(base + OFF_DS + kk * 2048),
                          desc_mnmajor(base + OFF_K + hn * REGION + kk * 2048), kk > 0);
     wgmma_commit();
-    wgmma_wait<0>(); // also retires dV/dK: the stage (Q_i, dO_i) is now dead
+    wgmma_wait<0>();
     reg_fence(acc_q, 32);
     emit(hn, acc_q);
   }

@@ -1,5 +1,6 @@
 /* sm90_bwd_ws.h — between the sm_90a backward's launcher (bsa_bwd_sm90a.cu)
- * and its warp-specialized main kernel (bsa_bwd_ws_sm90a.cu, v3). */
+ * and its warp-specialized main kernels (bsa_bwd_ws_sm90a.cu, v3;
+ * bsa_bwd_kv2_sm90a.cu, v4). */
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -34,9 +35,19 @@ struct sm90_ws_params : sm90_bwd_common {
   // chunk, in order within a chunk.
   const int32_t *order;
   int groups, group_items;
+  // Ablation for profiling only (VSALAB_ABLATE=no_dq_reduce, see
+  // vsa_bwd::ablate_no_dq_reduce): the producer skips every dQ reduce, so
+  // dq is wrong and only the timing means anything.
+  int skip_dq_reduce;
 };
 
 /* Build the tensor maps of q, k, v, dO ([B*H*S, 128] bf16 rows) and launch
  * the main kernel over (group_items, chunks, groups). */
 cudaError_t sm90_ws_launch(sm90_ws_params &p, const void *q, const void *k, const void *v,
                            const void *dO, int B, int64_t Sq, int64_t Skv, cudaStream_t stream);
+
+/* The same for v4 (bsa_bwd_kv2_sm90a.cu): items are pairs of kv blocks
+ * (2p, 2p+1) of a head, ⌈nkv / 2⌉ a head, item = (b·H + h)·⌈nkv/2⌉ + p;
+ * the grid is (group_items, chunks, groups) over such items. */
+cudaError_t sm90_kv2_launch(sm90_ws_params &p, const void *q, const void *k, const void *v,
+                            const void *dO, int B, int64_t Sq, int64_t Skv, cudaStream_t stream);

@@ -68,6 +68,14 @@ reg_fence(float *d, int n)
   for (int i = 0; i < n; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+/* The same for registers a running wgmma reads (RS A fragments): live, and
+ * unchanged, up to this point. */
+__device__ __forceinline__ void
+reg_fence_u32(uint32_t *d, int n)
+{
+  for (int i = 0; i < n; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
+
 // ----------------------------------------------------------------------------
 // cp.async (16 B, L2 only)
 

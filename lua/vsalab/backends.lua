@@ -162,8 +162,9 @@ local function native(b, fn, kernel_opts)
   return M.register(b)
 end
 
--- version: the main kernel (3 warp-specialized, 2 bulk dQ, 1 atomic dQ);
--- det: dQ in int32 fixed point (version 3), else fp32 in arrival order
+-- version: the main kernel (4 two kv blocks a CTA, 3 warp-specialized, 2
+-- bulk dQ, 1 atomic dQ); det: dQ in int32 fixed point (versions 3 and 4),
+-- else fp32 in arrival order
 -- (run-to-run differences within rounding).
 local function sm90a(name, version, det, description, variant_of)
   native({name = name, description = description, variant_of = variant_of,
@@ -174,6 +175,8 @@ sm90a("sm90a", 3, false, "native Hopper backward (v3): warp-specialized, TMA + m
 sm90a("sm90a-det", 3, true, "sm90a v3 with dQ in int32 fixed point (same bits every run)")
 -- Earlier versions, kept to measure against in the same run; the case
 -- runner and GPU specs skip variants.
+sm90a("sm90a-v4", 4, false, "sm90a v4: two kv blocks a CTA share the q blocks both select (one load, one dQ reduce)", "sm90a")
+sm90a("sm90a-v4-det", 4, true, "sm90a v4 with dQ in int32 fixed point (same bits every run)", "sm90a")
 sm90a("sm90a-v2", 2, false, "sm90a v2: one warpgroup, cp.async ring, bulk dQ reduce", "sm90a")
 sm90a("sm90a-atomic", 1, false, "sm90a v1: dQ by vector atomics", "sm90a")
 

@@ -16,6 +16,9 @@
 # the first failing rung: tensor memory round trip, one MMA of each shape,
 # the full kernel on every CASES case, the seed sweep (never run here: no
 # Blackwell GPU is available to this project).
+# profile: Nsight Compute (--set full) on tests/gpu/profile.lua's launches
+# (v3, v3 with the dQ reduce ablated, v4, v4 ablated), the details page
+# and per-instruction stall samples (profile.source.csv).
 # Logs go to $OUT (or ./gpu-out), one STEP.log per step (sass.txt for
 # quick's SASS report) plus results.db, modes.db, compare.db, fault.db. WAN720P_ARGS passes axis overrides to the main
 # job, e.g. WAN720P_ARGS="-a H=40 -a density=[0.1,0.25]".
@@ -70,10 +73,13 @@ for step in $steps; do
        fi
        "$bin" run tests/gpu/sm90a_quick.lua 2>&1 || exit 1
        exit $spill) | tee "$out/quick.log" ;;
-    profile)
-      ncu --clock-control none -k regex:"bwd_(ws_)?kernel" -c 2 --section SpeedOfLight \
-        --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy \
-        "$bin" run tests/gpu/profile.lua 2>&1 | tee "$out/profile.log" ;;
+    profile) # full sections of each main-kernel launch of profile.lua (v3, v3 with the
+      # dQ reduce ablated, and v4 when built), then the details page and the
+      # per-instruction stall samples (source page) as text
+      ncu --clock-control none -k regex:"bwd_(ws_|kv2_)?kernel" --set full --import-source no \
+        -f -o "$out/profile" "$bin" run tests/gpu/profile.lua 2>&1 | tail -20 | tee "$out/profile.log"
+      ncu -i "$out/profile.ncu-rep" --page details >> "$out/profile.log" 2>&1
+      ncu -i "$out/profile.ncu-rep" --page source --csv --print-source sass > "$out/profile.source.csv" 2>&1 || true ;;
     case12) "$bin" run tests/gpu/case12.lua 2>&1 | tee "$out/case12.log" ;;
     sm100emu)
       ("$tests_bin/tcgen05_ladder_emu" && "$bin" run tests/gpu/sm100a_emu.lua &&

@@ -37,7 +37,8 @@ for n, s in ipairs(shapes) do
   end
   local p = P.build(spec)
   local ref = {vsalab.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, {out_dtype = "f32"})}
-  for _, mode in ipairs{"v3", "v3-det", "v3-chunk2", "v3-det-chunk3", "v2", "v1"} do
+  for _, mode in ipairs{"v4", "v4-det", "v4-chunk2", "v4-det-chunk3", "v3", "v3-det",
+      "v3-chunk2", "v3-det-chunk3", "v2", "v1"} do
   local opts = {version = tonumber(mode:sub(2, 2)), deterministic = mode:find("det") ~= nil,
     q_chunk = tonumber(mode:match("chunk(%d)"))}
   local ok, a, b2, c2 = pcall(vsalab.backward_sm90a, p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs, opts)
@@ -67,4 +68,8 @@ print("sm90a quick check: all outputs within 1e-2 of the reference")
 dofile("tests/gpu/bitwise_repeat.lua")("v3-det (q_chunk 5)", function(p)
   return vsalab.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs,
     {deterministic = true, q_chunk = 5})
+end, 20)
+dofile("tests/gpu/bitwise_repeat.lua")("v4-det (q_chunk 5)", function(p)
+  return vsalab.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs,
+    {version = 4, deterministic = true, q_chunk = 5})
 end, 20)
