@@ -59,24 +59,10 @@ constexpr uint32_t OFF_RSTATS = OFF_RING + STAGES * STAGE_BYTES;
 constexpr uint32_t OFF_TAGS = OFF_RSTATS + STAGES * STATS_BYTES; // int2 {q block, mask}
 constexpr uint32_t OFF_BARS = OFF_TAGS + STAGES * 8;             // kv, full[S], ready[S]
 constexpr uint32_t SMEM_BYTES = OFF_BARS + (1 + 2 * STAGES) * 8 + 1024;
-constexpr uint32_t STAGE_TX = STAGE_BYTES + STATS_BYTES;
+static_assert(STAGE_BYTES + STATS_BYTES == SM90_STAGE_TX, "stage layout vs load_q_stage");
 static_assert(SMEM_BYTES <= 227 * 1024, "v4 shared memory plan exceeds the H200's 227 KB");
 // A tag's mask: bit w set when kv block w selects the q block; 0 ends the walk.
 constexpr int MASK_END = 0, MASK_BOTH = 3;
-
-/* Producer: add the dQ partial staged in stage `st` into q block i's rows
- * (fp32, or int32 fixed point); returns once the copy engine has read the
- * stage. */
-template <bool FIXED>
-__device__ __forceinline__ void
-reduce_dq(const sm90_ws_params &p, int64_t bh, int i, uint32_t st)
-{
-  if (p.skip_dq_reduce) return;
-  float *dqa = p.dq_accum + (bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK) * D;
-  if (FIXED) bulk_reduce_add_u32(reinterpret_cast<uint32_t *>(dqa), st, BLK * D * sizeof(float));
-  else bulk_reduce_add_f32(dqa, st, BLK * D * sizeof(float));
-  bulk_wait_read();
-}
 
 /* One kv block's list within chunk [lo, hi). */
 struct kv_list {
@@ -107,11 +93,8 @@ producer(const sm90_ws_params &p, int64_t bh, int ja, int jb, int lo, int hi, ui
     mbar_arrive_expect_tx(bar_kv, tiles * 2 * TILE);
     for (int w = 0; w < tiles; w++) {
       const int kr = (int)(bh * ((int64_t)p.nkv * BLK) + (int64_t)js[w] * BLK);
-      const uint32_t k = base + OFF_KV + w * 2 * TILE, v = k + TILE;
-      tma_load_2d(k, &p.tm_k, 0, kr, bar_kv);
-      tma_load_2d(k + REGION, &p.tm_k, 64, kr, bar_kv);
-      tma_load_2d(v, &p.tm_v, 0, kr, bar_kv);
-      tma_load_2d(v + REGION, &p.tm_v, 64, kr, bar_kv);
+      load_kv_tiles(p, kr, base + OFF_KV + w * 2 * TILE, base + OFF_KV + w * 2 * TILE + TILE,
+                    bar_kv);
     }
   }
   // A stage's tag names its q block until the stage is refilled: the
@@ -138,16 +121,7 @@ producer(const sm90_ws_params &p, int64_t bh, int ja, int jb, int lo, int hi, ui
     if (ib == i) l[1].e = next_entry(l[1].idx, l[1].e + 1, l[1].cnt, lo, hi);
     tags[s].x = i;
     tags[s].y = mask;
-    const int64_t q_row0 = bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK;
-    const uint32_t full = bar_full + 8 * s;
-    mbar_arrive_expect_tx(full, STAGE_TX);
-    tma_load_2d(st, &p.tm_q, 0, (int)q_row0, full);
-    tma_load_2d(st + REGION, &p.tm_q, 64, (int)q_row0, full);
-    tma_load_2d(st + TILE, &p.tm_do, 0, (int)q_row0, full);
-    tma_load_2d(st + TILE + REGION, &p.tm_do, 64, (int)q_row0, full);
-    const uint32_t stats = base + OFF_RSTATS + s * STATS_BYTES;
-    bulk_load(stats, p.lse + q_row0, BLK * sizeof(float), full);
-    bulk_load(stats + BLK * sizeof(float), p.delta + q_row0, BLK * sizeof(float), full);
+    load_q_stage(p, bh, i, st, base + OFF_RSTATS + s * STATS_BYTES, bar_full + 8 * s);
   }
   // n items went out; the last min(n, STAGES - 1) of them still hold dQ.
   for (int m = n - STAGES + 1 > 0 ? n - STAGES + 1 : 0; m < n; m++) {
@@ -301,28 +275,8 @@ bwd_kv2_kernel(const __grid_constant__ sm90_ws_params p)
 } // namespace
 
 cudaError_t
-sm90_kv2_launch(sm90_ws_params &p, const void *q, const void *k, const void *v, const void *dO,
-                int B, int64_t Sq, int64_t Skv, cudaStream_t stream)
+sm90_kv2_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
-  int64_t qrows = (int64_t)B * p.H * Sq, krows = (int64_t)B * p.H * Skv;
-  if (qrows >= (1ll << 31) || krows >= (1ll << 31)) return cudaErrorInvalidValue;
-  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, q, qrows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, dO, qrows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, k, krows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, v, krows);
-  if (e != cudaSuccess) return e;
   static bool configured = false;
-  if (!configured) {
-    e = cudaFuncSetAttribute(bwd_kv2_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(bwd_kv2_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
-  dim3 grid(p.group_items, p.chunks, p.groups);
-  if (p.row_exp)
-    bwd_kv2_kernel<true><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
-  else
-    bwd_kv2_kernel<false><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
-  return cudaGetLastError();
+  return sm90_launch_main(bwd_kv2_kernel<false>, bwd_kv2_kernel<true>, THREADS, SMEM_BYTES, configured, p, stream);
 }

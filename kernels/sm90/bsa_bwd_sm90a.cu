@@ -166,6 +166,21 @@ bwd_kernel(const bwd_params p)
 
 } // namespace
 
+/* The TMA tensor maps of q, k, v, dO ([B*H*S, 128] bf16 rows) for the v3
+ * and v4 kernels. */
+static cudaError_t
+sm90_tile_maps(sm90_ws_params &p, const void *q, const void *k, const void *v, const void *dO,
+               int B, int64_t Sq, int64_t Skv)
+{
+  int64_t qrows = (int64_t)B * p.H * Sq, krows = (int64_t)B * p.H * Skv;
+  if (qrows >= (1ll << 31) || krows >= (1ll << 31)) return cudaErrorInvalidValue;
+  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, q, qrows);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, dO, qrows);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, k, krows);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, v, krows);
+  return e;
+}
+
 /* Scratch map: dQ accumulator (fp32 rows x D), Delta (rows), the
  * fixed-point row exponents (rows) and K/V statistics (2 per (b, h)) of the
  * deterministic mode, the work order (kv_rows / 64), then, 256-byte aligned
@@ -266,8 +281,9 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     p.groups = pp.groups;
     p.group_items = pp.group_items;
     p.skip_dq_reduce = vsa_bwd::ablate_no_dq_reduce();
-    cudaError_t e = (variant == VSA_SM90A_KV2 ? sm90_kv2_launch : sm90_ws_launch)(
-        p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv, stream);
+    cudaError_t e = sm90_tile_maps(p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv);
+    if (e == cudaSuccess)
+      e = variant == VSA_SM90A_KV2 ? sm90_kv2_launch(p, stream) : sm90_ws_launch(p, stream);
     if (e != cudaSuccess) return e;
   } else {
     static bool configured = false;

@@ -42,21 +42,7 @@ using namespace sm90bwd;
 constexpr int THREADS = 2 * CONSUMER_THREADS;
 constexpr uint32_t OFF_BAR = OFF_END;  // kv, full[2], dq_ready[2]
 constexpr uint32_t SMEM_BYTES = OFF_BAR + 5 * 8 + 1024;
-constexpr uint32_t STAGE_TX = STAGE_BYTES + STATS_BYTES;
-
-/* Producer: add the dQ partial staged in stage s into q block i's rows
- * (fp32, or int32 fixed point); returns once the copy engine has read the
- * stage. */
-template <bool FIXED>
-__device__ __forceinline__ void
-reduce_dq(const sm90_ws_params &p, int64_t bh, int i, uint32_t stage)
-{
-  if (p.skip_dq_reduce) return;
-  float *dqa = p.dq_accum + (bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK) * D;
-  if (FIXED) bulk_reduce_add_u32(reinterpret_cast<uint32_t *>(dqa), stage, BLK * D * sizeof(float));
-  else bulk_reduce_add_f32(dqa, stage, BLK * D * sizeof(float));
-  bulk_wait_read();
-}
+static_assert(STAGE_BYTES + STATS_BYTES == SM90_STAGE_TX, "stage layout vs load_q_stage");
 
 template <bool FIXED>
 __global__ void __launch_bounds__(THREADS, 2)
@@ -97,11 +83,7 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
     setmaxnreg_dec<24>();
     if (threadIdx.x != CONSUMER_THREADS || first >= cnt) return;
     mbar_arrive_expect_tx(bar_kv, 2 * TILE);
-    const int kr = (int)kv_row0;
-    tma_load_2d(base + OFF_K, &p.tm_k, 0, kr, bar_kv);
-    tma_load_2d(base + OFF_K + REGION, &p.tm_k, 64, kr, bar_kv);
-    tma_load_2d(base + OFF_V, &p.tm_v, 0, kr, bar_kv);
-    tma_load_2d(base + OFF_V + REGION, &p.tm_v, 64, kr, bar_kv);
+    load_kv_tiles(p, (int)kv_row0, base + OFF_K, base + OFF_V, bar_kv);
     int staged0 = 0, staged1 = 0; // q block whose pair uses each stage
     int n = 0;
     for (int e = first; e < cnt; e = next_entry(list, e + 1, cnt, lo, hi), n++) {
@@ -114,16 +96,7 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
       }
       const int i = __ldg(list + e);
       if (s) staged1 = i; else staged0 = i;
-      const int64_t q_row0 = bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK;
-      const uint32_t full = bar_full + 8 * s;
-      mbar_arrive_expect_tx(full, STAGE_TX);
-      tma_load_2d(st, &p.tm_q, 0, (int)q_row0, full);
-      tma_load_2d(st + REGION, &p.tm_q, 64, (int)q_row0, full);
-      tma_load_2d(st + TILE, &p.tm_do, 0, (int)q_row0, full);
-      tma_load_2d(st + TILE + REGION, &p.tm_do, 64, (int)q_row0, full);
-      const uint32_t stats = base + OFF_STATS + s * STATS_BYTES;
-      bulk_load(stats, p.lse + q_row0, BLK * sizeof(float), full);
-      bulk_load(stats + BLK * sizeof(float), p.delta + q_row0, BLK * sizeof(float), full);
+      load_q_stage(p, bh, i, st, base + OFF_STATS + s * STATS_BYTES, bar_full + 8 * s);
     }
     for (int m = n >= 2 ? n - 2 : 0; m < n; m++) { // the last pairs' dQ
       const int s = m & 1;
@@ -180,28 +153,8 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
 } // namespace
 
 cudaError_t
-sm90_ws_launch(sm90_ws_params &p, const void *q, const void *k, const void *v, const void *dO,
-               int B, int64_t Sq, int64_t Skv, cudaStream_t stream)
+sm90_ws_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
-  int64_t qrows = (int64_t)B * p.H * Sq, krows = (int64_t)B * p.H * Skv;
-  if (qrows >= (1ll << 31) || krows >= (1ll << 31)) return cudaErrorInvalidValue;
-  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, q, qrows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, dO, qrows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, k, krows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, v, krows);
-  if (e != cudaSuccess) return e;
   static bool configured = false;
-  if (!configured) {
-    e = cudaFuncSetAttribute(bwd_ws_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e == cudaSuccess)
-      e = cudaFuncSetAttribute(bwd_ws_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
-  dim3 grid(p.group_items, p.chunks, p.groups);
-  if (p.row_exp)
-    bwd_ws_kernel<true><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
-  else
-    bwd_ws_kernel<false><<<grid, THREADS, SMEM_BYTES, stream>>>(p);
-  return cudaGetLastError();
+  return sm90_launch_main(bwd_ws_kernel<false>, bwd_ws_kernel<true>, THREADS, SMEM_BYTES, configured, p, stream);
 }

@@ -19,7 +19,7 @@ struct sm90_bwd_common {
 };
 
 struct sm90_ws_params : sm90_bwd_common {
-  CUtensorMap tm_q, tm_do, tm_k, tm_v; // filled by sm90_ws_launch
+  CUtensorMap tm_q, tm_do, tm_k, tm_v; // filled by the launcher
   const int *row_exp; // non-NULL: deterministic dQ in int32 fixed point
                       // (common/bwd_prep.h), one exponent per q row
   // q chunking: CTA (j, c) takes the pairs of kv block j with q block in
@@ -41,13 +41,82 @@ struct sm90_ws_params : sm90_bwd_common {
   int skip_dq_reduce;
 };
 
-/* Build the tensor maps of q, k, v, dO ([B*H*S, 128] bf16 rows) and launch
- * the main kernel over (group_items, chunks, groups). */
-cudaError_t sm90_ws_launch(sm90_ws_params &p, const void *q, const void *k, const void *v,
-                           const void *dO, int B, int64_t Sq, int64_t Skv, cudaStream_t stream);
+/* Launch the v3 main kernel over (group_items, chunks, groups); p's tensor
+ * maps are built (sm90_tile_maps in the launcher). */
+cudaError_t sm90_ws_launch(const sm90_ws_params &p, cudaStream_t stream);
 
 /* The same for v4 (bsa_bwd_kv2_sm90a.cu): items are pairs of kv blocks
  * (2p, 2p+1) of a head, ⌈nkv / 2⌉ a head, item = (b·H + h)·⌈nkv/2⌉ + p;
  * the grid is (group_items, chunks, groups) over such items. */
-cudaError_t sm90_kv2_launch(sm90_ws_params &p, const void *q, const void *k, const void *v,
-                            const void *dO, int B, int64_t Sq, int64_t Skv, cudaStream_t stream);
+cudaError_t sm90_kv2_launch(const sm90_ws_params &p, cudaStream_t stream);
+
+#ifdef __CUDACC__
+#include "../common/async_copy.cuh"
+
+/* Both launch functions: opt in to `smem` bytes of shared memory once
+ * (configured), then launch the fp32 or the fixed-point (p.row_exp) kernel
+ * over (group_items, chunks, groups). */
+inline cudaError_t
+sm90_launch_main(void (*fp32)(sm90_ws_params), void (*fixed)(sm90_ws_params), int threads,
+                 uint32_t smem, bool &configured, const sm90_ws_params &p, cudaStream_t stream)
+{
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(fp32, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess)
+      e = cudaFuncSetAttribute(fixed, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  dim3 grid(p.group_items, p.chunks, p.groups);
+  (p.row_exp ? fixed : fp32)<<<grid, threads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+/* Producer thread of either kernel: TMA-load kv rows [kv_row, kv_row + 64)
+ * of K and V into two 64x128 tiles (two 128B-swizzled 64x64 regions each,
+ * 8 KB apart) at k and v, completing on mbarrier bar (the caller expects
+ * the bytes). */
+__device__ __forceinline__ void
+load_kv_tiles(const sm90_ws_params &p, int kv_row, uint32_t k, uint32_t v, uint32_t bar)
+{
+  tma_load_2d(k, &p.tm_k, 0, kv_row, bar);
+  tma_load_2d(k + 8192, &p.tm_k, 64, kv_row, bar);
+  tma_load_2d(v, &p.tm_v, 0, kv_row, bar);
+  tma_load_2d(v + 8192, &p.tm_v, 64, kv_row, bar);
+}
+
+/* The same for q block i of head bh: Q and dO tiles at st and st + 16 KB,
+ * lse and Delta (64 floats each) at stats, on mbarrier full, which this
+ * arms for the stage's SM90_STAGE_TX bytes (tiles + statistics). */
+constexpr uint32_t SM90_STAGE_TX = 4 * 8192 + 2 * 64 * sizeof(float);
+__device__ __forceinline__ void
+load_q_stage(const sm90_ws_params &p, int64_t bh, int i, uint32_t st, uint32_t stats,
+             uint32_t full)
+{
+  constexpr int BLK = 64;
+  const int64_t q_row0 = bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK;
+  mbar_arrive_expect_tx(full, SM90_STAGE_TX);
+  tma_load_2d(st, &p.tm_q, 0, (int)q_row0, full);
+  tma_load_2d(st + 8192, &p.tm_q, 64, (int)q_row0, full);
+  tma_load_2d(st + 16384, &p.tm_do, 0, (int)q_row0, full);
+  tma_load_2d(st + 16384 + 8192, &p.tm_do, 64, (int)q_row0, full);
+  bulk_load(stats, p.lse + q_row0, BLK * sizeof(float), full);
+  bulk_load(stats + BLK * sizeof(float), p.delta + q_row0, BLK * sizeof(float), full);
+}
+
+/* Producer thread of either kernel: add the dQ partial staged (fp32
+ * swizzled rows, or int32 fixed point) at shared address `stage` into q
+ * block i's accumulator rows of head bh; returns once the copy engine has
+ * read the stage, so it may be refilled. */
+template <bool FIXED>
+__device__ __forceinline__ void
+reduce_dq(const sm90_ws_params &p, int64_t bh, int i, uint32_t stage)
+{
+  if (p.skip_dq_reduce) return;
+  constexpr int BLK = 64, D = 128;
+  float *dqa = p.dq_accum + (bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK) * D;
+  if (FIXED) bulk_reduce_add_u32(reinterpret_cast<uint32_t *>(dqa), stage, BLK * D * sizeof(float));
+  else bulk_reduce_add_f32(dqa, stage, BLK * D * sizeof(float));
+  bulk_wait_read();
+}
+#endif
