@@ -1,12 +1,12 @@
 -- smoke.lua — the main job's flow on tiny shapes, on the CPU (used by the
 -- tests and runnable anywhere):
 --   build/vsalab run experiments/smoke.lua [-a density=[0.5]]
---       [-a lists=[random,vsa:2]] [device=cuda]
+--       [-a lists=[random,vsa:2]] [device=cuda] [kernels=all|default|NAME[,NAME...]]
 -- A 6×7×9 latent in 4×4×4 tiles (12 kv blocks, several partly filled),
 -- H=2, D=64, three densities and a ragged B=2 variant (random lists only;
 -- axis `lists`: random or vsa:ℓ, see vsalab.problem); every backward
--- available on the device is checked against the fp64 oracle on all heads
--- and blocks.
+-- available on the device (or those kernels= names; each must run there)
+-- is checked against the fp64 oracle on all heads and blocks.
 local exp = require "vsalab.experiment"
 local sweep = require "vsalab.sweep"
 
@@ -19,9 +19,9 @@ local sw = sweep.new{
     if p.ragged and p.lists ~= "random" then return "ragged lists are random lists" end
   end,
 }
-local a = exp.args(sw:override(arg), {device = "cpu"})
+local a = exp.args(sw:override(arg), {device = "cpu", kernels = "all"})
 local rows = exp.run{name = "smoke", device = a.device, sweep = sw,
-  check = "full", seed = vsalab.context.seed}
+  kernels = exp.kernel_set(a.device, a.kernels), check = "full", seed = vsalab.context.seed}
 for _, r in ipairs(rows) do
   if r.passed == 0 then error("smoke: " .. r.kernel .. " failed its check", 0) end
 end

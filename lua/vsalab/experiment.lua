@@ -125,15 +125,21 @@ function M.kernel_set(device, spec, with_reference)
     local ok, b = pcall(backends.pick, device == "cpu" and "cpu" or "cuda", {D = 128})
     set[ok and b.name or "reference"] = true
   else
-    for _, name in ipairs(type(spec) == "table" and spec or {spec}) do
-      local okg = pcall(backends.get, tostring(name))
+    local names = type(spec) == "table" and spec or {spec}
+    for _, raw in ipairs(names) do
+      local name = tostring(raw):match("^%s*(.-)%s*$")
+      if name == "all" or name == "default" then
+        usage.error("argument 'kernels': '" .. name .. "' stands alone; it cannot be listed with names")
+      end
+      local okg = pcall(backends.get, name)
       if not okg then
         local known = {}
         for _, b in ipairs(backends.list) do known[#known + 1] = b.name end
-        usage.error("argument 'kernels': no backward '" .. tostring(name) .. "' (known: "
-          .. table.concat(known, ", ") .. ", or all / default)")
+        usage.error("argument 'kernels': no backward '" .. name .. "' (known: "
+          .. table.concat(known, ", ") .. "; or all / default alone; an external peer needs "
+          .. "peers=NAME too)")
       end
-      set[tostring(name)] = true
+      set[name] = true
     end
   end
   if with_reference then set.reference = true end
@@ -154,7 +160,11 @@ end
 -- their hash (hence their seed and inputs). Raises on an unknown kind.
 function M.normalise_lists(c)
   if c.lists == nil then return c end
-  local _, _, name = problem.parse_lists(c.lists)
+  local ok, kind_or_err, _, name = pcall(problem.parse_lists, c.lists)
+  if not ok then
+    local msg = tostring(kind_or_err):gsub("^lists: ", "")
+    usage.error("argument 'lists': " .. msg)
+  end
   if name == "random" then name = nil end
   if name ~= c.lists then
     c.lists = name
@@ -192,11 +202,25 @@ function M.run(e)
         "time on the host clock (their rows say mode=hot)\n")
     end
   end
+  -- kernels= picked by name: each must run here, or the run would time
+  -- nothing for it and still exit 0.
+  if e.kernels then
+    for name in pairs(e.kernels) do
+      local ok, why = backends.supported(name, device)
+      if not ok then
+        usage.error("argument 'kernels': " .. name .. " cannot run here: " .. tostring(why))
+      end
+    end
+  end
   -- Backends asked for by plugin= or peers= that cannot run here: say why.
   for _, b in ipairs(backends.list) do
     if b.origin and b.supported then
       local ok, why = b.supported(device)
       if not ok then io.stderr:write(e.name, ": ", b.name, " unavailable: ", tostring(why), "\n") end
+      if e.kernels and not e.kernels[b.name] then
+        io.stderr:write(e.name, ": ", b.name, " is registered but not picked by kernels=; ",
+          "name it there to time it\n")
+      end
     end
   end
   local seed = e.seed or 1

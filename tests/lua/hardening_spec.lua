@@ -306,6 +306,28 @@ describe("exit codes and messages", function()
     assert.equal("cpu", p.q.device)
   end)
 
+  it("refuses bad lists= and kernels= arguments as usage errors", function()
+    local db = dir .. "/k.db"
+    local function usage_err(args, pattern)
+      local rc, _, err = H.vsalab("run --db " .. db .. " " .. args)
+      assert.equal(2, rc, err)
+      assert.falsy(err:find("traceback", 1, true), err)
+      assert.truthy(err:find(pattern, 1, true), err)
+    end
+    local smoke = H.root .. "/experiments/smoke.lua"
+    for _, bad in ipairs{"bogus", "vsa:65", "vsa:-1", "vsa:", "4"} do
+      usage_err(smoke .. " -a lists=" .. bad, "argument 'lists': expected 'random' or 'vsa:")
+    end
+    usage_err(smoke .. " kernels=all,reference", "'all' stands alone")
+    usage_err(smoke .. " kernels=triton", "needs peers=NAME too")
+    -- Registered here but unable to run on this device: refused up front
+    -- instead of a run that times nothing for it and exits 0.
+    usage_err(smoke .. " kernels=sm90a", "argument 'kernels': sm90a cannot run here")
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. smoke .. " -a density=[0.5]"
+      .. " 'kernels= reference'")
+    assert.equal(0, rc, err)
+  end)
+
   it("names the function and the value in errors", function()
     assert.truthy(H.err(function() return vsalab.zeros({4}):reshape({3}) end):match("^t:reshape: "))
     local t = vsalab.zeros({4})

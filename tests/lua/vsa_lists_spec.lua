@@ -434,7 +434,7 @@ describe("the lists axis", function()
     local v = exp.normalise_lists(sw:points()[1])
     assert.equal("vsa:4", v.lists)
     assert.equal(pts[2].hash, v.hash)
-    assert.truthy(H.err(exp.normalise_lists, {lists = "vsa:abc"}):match("lists: expected"))
+    assert.truthy(H.err(exp.normalise_lists, {lists = "vsa:abc"}):find("argument 'lists': expected", 1, true))
   end)
 
   it("runs end to end: rows store lists and sharing; show, compare and the report tell them apart", function()
