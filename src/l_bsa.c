@@ -824,6 +824,8 @@ native(lua_State *L, native_arch arch)
   }
   if (deterministic && variant != VSA_SM90A_WS && variant != VSA_SM90A_KV2)
     return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3 or 4");
+  /* Versions 1 and 2 do not chunk: no scratch for chunk partials. */
+  if (arch == NATIVE_SM90A && variant != VSA_SM90A_WS && variant != VSA_SM90A_KV2) q_chunk = 0;
   bwd_args a;
   backward_args(L, &a, validate);
   attn_dims d = a.d;

@@ -167,8 +167,14 @@ end
 -- else fp32 in arrival order
 -- (run-to-run differences within rounding).
 local function sm90a(name, version, det, description, variant_of)
+  -- Reasons name this backend (sm90a-v4: ...), not only the family.
+  local function supported(device, p)
+    local ok, why = sm90a_supported(device, p)
+    if not ok and why then why = why:gsub("^sm90a ", name .. " ") end
+    return ok, why
+  end
   native({name = name, description = description, variant_of = variant_of,
-    deterministic_dq = det, supported = sm90a_supported},
+    deterministic_dq = det, supported = supported},
     "backward_sm90a", {version = version, deterministic = det})
 end
 sm90a("sm90a", 3, false, "native Hopper backward (v3): warp-specialized, TMA + mbarrier producer, bulk dQ reduce")
