@@ -65,7 +65,24 @@ struct prep_params {
   int *row_exp;            // [rows] out
 };
 
-/* One launch: Delta, the zeroed accumulator and counters, the work order. */
+/* Turn on the deterministic (fixed-point) mode's part of the preprocess:
+ * the K/V statistics (kv_stats, [B·H, 2] scratch) and the row exponents
+ * (row_exp, [rows]) from k, v ([B·H·Skv, D] bf16) and vbs. */
+inline void
+prep_fixed_point(prep_params &p, const uint16_t *k, const uint16_t *v, const int32_t *vbs,
+                 int64_t Sq, int64_t Skv, uint32_t *kv_stats, int *row_exp)
+{
+  p.k = k;
+  p.v = v;
+  p.vbs = vbs;
+  p.Sq = Sq;
+  p.Skv = Skv;
+  p.kv_stats = kv_stats;
+  p.row_exp = row_exp;
+}
+
+/* One launch: Delta, the zeroed accumulator and counters, the work order;
+ * with the fixed-point mode, a memset and the K/V statistics launch first. */
 cudaError_t launch_prep(const prep_params &p, cudaStream_t stream);
 
 /* How a main kernel leaves dQ in the accumulator. */

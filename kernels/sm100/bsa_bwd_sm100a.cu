@@ -741,15 +741,10 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
   pp.groups = (int)(BH / group);
   pp.group_items = group * nkv;
   pp.order = reinterpret_cast<int32_t *>(ws + m.order);
-  if (deterministic) {
-    pp.k = d_k;
-    pp.v = d_v;
-    pp.vbs = d_vbs;
-    pp.Sq = s->Sq;
-    pp.Skv = s->Skv;
-    pp.row_exp = reinterpret_cast<int *>(ws + m.row_exp);
-    pp.kv_stats = reinterpret_cast<uint32_t *>(ws + m.kv_stats);
-  }
+  if (deterministic)
+    vsa_bwd::prep_fixed_point(pp, d_k, d_v, d_vbs, s->Sq, s->Skv,
+                              reinterpret_cast<uint32_t *>(ws + m.kv_stats),
+                              reinterpret_cast<int *>(ws + m.row_exp));
   e = vsa_bwd::launch_prep(pp, stream);
   if (e != cudaSuccess) return e;
 

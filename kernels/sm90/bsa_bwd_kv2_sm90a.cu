@@ -59,7 +59,6 @@ constexpr uint32_t OFF_RSTATS = OFF_RING + STAGES * STAGE_BYTES;
 constexpr uint32_t OFF_TAGS = OFF_RSTATS + STAGES * STATS_BYTES; // int2 {q block, mask}
 constexpr uint32_t OFF_BARS = OFF_TAGS + STAGES * 8;             // kv, full[S], ready[S]
 constexpr uint32_t SMEM_BYTES = OFF_BARS + (1 + 2 * STAGES) * 8 + 1024;
-static_assert(STAGE_BYTES + STATS_BYTES == SM90_STAGE_TX, "stage layout vs load_q_stage");
 static_assert(SMEM_BYTES <= 227 * 1024, "v4 shared memory plan exceeds the H200's 227 KB");
 // A tag's mask: bit w set when kv block w selects the q block; 0 ends the walk.
 constexpr int MASK_END = 0, MASK_BOTH = 3;

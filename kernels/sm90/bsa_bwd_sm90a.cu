@@ -243,15 +243,8 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   pp.pair_nkv = variant == VSA_SM90A_KV2 ? nkv : 0;
   pp.group_items = group * (variant == VSA_SM90A_KV2 ? (nkv + 1) / 2 : nkv);
   pp.order = ws ? order : NULL;
-  if (deterministic) {
-    pp.k = d_k;
-    pp.v = d_v;
-    pp.vbs = d_vbs;
-    pp.Sq = s->Sq;
-    pp.Skv = s->Skv;
-    pp.kv_stats = kv_stats;
-    pp.row_exp = row_exp;
-  }
+  if (deterministic)
+    vsa_bwd::prep_fixed_point(pp, d_k, d_v, d_vbs, s->Sq, s->Skv, kv_stats, row_exp);
   cudaError_t err = vsa_bwd::launch_prep(pp, stream);
   if (err != cudaSuccess) return err;
   sm90_bwd_common c;

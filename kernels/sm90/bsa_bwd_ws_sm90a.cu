@@ -42,7 +42,6 @@ using namespace sm90bwd;
 constexpr int THREADS = 2 * CONSUMER_THREADS;
 constexpr uint32_t OFF_BAR = OFF_END;  // kv, full[2], dq_ready[2]
 constexpr uint32_t SMEM_BYTES = OFF_BAR + 5 * 8 + 1024;
-static_assert(STAGE_BYTES + STATS_BYTES == SM90_STAGE_TX, "stage layout vs load_q_stage");
 
 template <bool FIXED>
 __global__ void __launch_bounds__(THREADS, 2)

@@ -51,7 +51,7 @@ cudaError_t sm90_ws_launch(const sm90_ws_params &p, cudaStream_t stream);
 cudaError_t sm90_kv2_launch(const sm90_ws_params &p, cudaStream_t stream);
 
 #ifdef __CUDACC__
-#include "../common/async_copy.cuh"
+#include "sm90_bwd_pair.cuh"
 
 /* Both launch functions: opt in to `smem` bytes of shared memory once
  * (configured), then launch the fp32 or the fixed-point (p.row_exp) kernel
@@ -73,33 +73,33 @@ sm90_launch_main(void (*fp32)(sm90_ws_params), void (*fixed)(sm90_ws_params), in
 }
 
 /* Producer thread of either kernel: TMA-load kv rows [kv_row, kv_row + 64)
- * of K and V into two 64x128 tiles (two 128B-swizzled 64x64 regions each,
- * 8 KB apart) at k and v, completing on mbarrier bar (the caller expects
- * the bytes). */
+ * of K and V into two tiles at k and v (sm90bwd::TILE each: two
+ * 128B-swizzled 64x64 regions), completing on mbarrier bar (the caller
+ * expects the bytes). */
 __device__ __forceinline__ void
 load_kv_tiles(const sm90_ws_params &p, int kv_row, uint32_t k, uint32_t v, uint32_t bar)
 {
+  using sm90bwd::REGION;
   tma_load_2d(k, &p.tm_k, 0, kv_row, bar);
-  tma_load_2d(k + 8192, &p.tm_k, 64, kv_row, bar);
+  tma_load_2d(k + REGION, &p.tm_k, 64, kv_row, bar);
   tma_load_2d(v, &p.tm_v, 0, kv_row, bar);
-  tma_load_2d(v + 8192, &p.tm_v, 64, kv_row, bar);
+  tma_load_2d(v + REGION, &p.tm_v, 64, kv_row, bar);
 }
 
-/* The same for q block i of head bh: Q and dO tiles at st and st + 16 KB,
- * lse and Delta (64 floats each) at stats, on mbarrier full, which this
- * arms for the stage's SM90_STAGE_TX bytes (tiles + statistics). */
-constexpr uint32_t SM90_STAGE_TX = 4 * 8192 + 2 * 64 * sizeof(float);
+/* The same for q block i of head bh into a stage at st (sm90bwd's stage
+ * layout: the Q tile, then the dO tile) and its statistics at stats (lse,
+ * then Delta, 64 floats each), on mbarrier full, which this arms for both. */
 __device__ __forceinline__ void
 load_q_stage(const sm90_ws_params &p, int64_t bh, int i, uint32_t st, uint32_t stats,
              uint32_t full)
 {
-  constexpr int BLK = 64;
+  using namespace sm90bwd;
   const int64_t q_row0 = bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK;
-  mbar_arrive_expect_tx(full, SM90_STAGE_TX);
+  mbar_arrive_expect_tx(full, STAGE_BYTES + STATS_BYTES);
   tma_load_2d(st, &p.tm_q, 0, (int)q_row0, full);
-  tma_load_2d(st + 8192, &p.tm_q, 64, (int)q_row0, full);
-  tma_load_2d(st + 16384, &p.tm_do, 0, (int)q_row0, full);
-  tma_load_2d(st + 16384 + 8192, &p.tm_do, 64, (int)q_row0, full);
+  tma_load_2d(st + REGION, &p.tm_q, 64, (int)q_row0, full);
+  tma_load_2d(st + TILE, &p.tm_do, 0, (int)q_row0, full);
+  tma_load_2d(st + TILE + REGION, &p.tm_do, 64, (int)q_row0, full);
   bulk_load(stats, p.lse + q_row0, BLK * sizeof(float), full);
   bulk_load(stats + BLK * sizeof(float), p.delta + q_row0, BLK * sizeof(float), full);
 }
@@ -112,8 +112,9 @@ template <bool FIXED>
 __device__ __forceinline__ void
 reduce_dq(const sm90_ws_params &p, int64_t bh, int i, uint32_t stage)
 {
+  using sm90bwd::BLK;
+  using sm90bwd::D;
   if (p.skip_dq_reduce) return;
-  constexpr int BLK = 64, D = 128;
   float *dqa = p.dq_accum + (bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK) * D;
   if (FIXED) bulk_reduce_add_u32(reinterpret_cast<uint32_t *>(dqa), stage, BLK * D * sizeof(float));
   else bulk_reduce_add_f32(dqa, stage, BLK * D * sizeof(float));

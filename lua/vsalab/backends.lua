@@ -125,12 +125,12 @@ M.register{
   end,
 }
 
-local function sm90a_supported(device, p)
-  if device == "cpu" then return false, "sm90a runs on CUDA tensors" end
+local function sm90a_supported(name, device, p)
+  if device == "cpu" then return false, name .. " runs on CUDA tensors" end
   local cc, why = cuda_cc()
   if not cc then return false, why end
-  if cc ~= "9.0" then return false, "sm90a needs compute capability 9.0, this GPU is " .. cc end
-  if p and p.D ~= 128 then return false, "sm90a takes head dim 128, got " .. tostring(p.D) end
+  if cc ~= "9.0" then return false, name .. " needs compute capability 9.0, this GPU is " .. cc end
+  if p and p.D ~= 128 then return false, name .. " takes head dim 128, got " .. tostring(p.D) end
   return true
 end
 
@@ -167,14 +167,8 @@ end
 -- else fp32 in arrival order
 -- (run-to-run differences within rounding).
 local function sm90a(name, version, det, description, variant_of)
-  -- Reasons name this backend (sm90a-v4: ...), not only the family.
-  local function supported(device, p)
-    local ok, why = sm90a_supported(device, p)
-    if not ok and why then why = why:gsub("^sm90a ", name .. " ") end
-    return ok, why
-  end
   native({name = name, description = description, variant_of = variant_of,
-    deterministic_dq = det, supported = supported},
+    deterministic_dq = det, supported = function(device, p) return sm90a_supported(name, device, p) end},
     "backward_sm90a", {version = version, deterministic = det})
 end
 sm90a("sm90a", 3, false, "native Hopper backward (v3): warp-specialized, TMA + mbarrier producer, bulk dQ reduce")

@@ -16,6 +16,7 @@
 -- Exit status: 0 merged, 1 the merge failed (OUT unchanged), 2 usage: a
 -- missing IN, OUT named as an input, a schema version mismatch.
 local core = require "vsalab.core"
+local paths = require "vsalab.paths"
 
 local M = {}
 
@@ -24,12 +25,6 @@ local usage = "usage: vsalab merge OUT.db IN.db..."
 local function fail(msg, code)
   io.stderr:write("vsalab merge: ", msg, "\n")
   return code or 2
-end
-
-local function abspath(p)
-  if p:sub(1, 1) == "/" then return p end
-  local pwd = os.getenv("PWD")
-  return pwd and (pwd .. "/" .. p) or p
 end
 
 local function exists(p)
@@ -109,7 +104,7 @@ local function merge_one(out, src, in_path, ins)
           in_path, r.id))
       end
       local src_id = r.id
-      r.source_db = r.source_db or abspath(in_path)
+      r.source_db = r.source_db or paths.absolute(in_path)
       r.source_run_id = r.source_run_id or src_id
       r.merged_at = r.merged_at or now
       local new_run = ins.run(r)

@@ -12,6 +12,7 @@
 -- A plug-in's error raises "backend NAME failed: MESSAGE (code N)": an
 -- experiment logs the point as failed with that message and goes on.
 local core = require "vsalab.core"
+local paths = require "vsalab.paths"
 
 local M = {}
 
@@ -21,12 +22,6 @@ M.default_symbol = "vsalab_backward"
 local function stem(path)
   local base = path:match("([^/]+)$") or path
   return (base:gsub("^lib", ""):gsub("%.so[%.%d]*$", ""):gsub("%.dylib$", ""))
-end
-
-local function absolute(path)
-  if path:sub(1, 1) == "/" then return path end
-  local pwd = os.getenv("PWD")
-  return pwd and (pwd .. "/" .. path) or path
 end
 
 -- The ABI's lists from p's: q2k by inverting k2q (validates every row),
@@ -80,7 +75,7 @@ function M.load(o)
     -- timed on a held stream.
     capturable = info.capturable,
     -- What `vsalab rerun` needs to load it again.
-    origin = {kind = "plugin", path = absolute(o.path), symbol = symbol, name = name},
+    origin = {kind = "plugin", path = paths.absolute(o.path), symbol = symbol, name = name},
     bench_opts = o.bench_opts or backends.kernel_bench_opts,
     supported = function(device, p)
       if device == "cpu" and not info.cpu then return false, name .. " is a CUDA plug-in" end

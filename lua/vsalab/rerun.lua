@@ -7,24 +7,9 @@
 --
 --   vsalab rerun [--db PATH] ROW
 local cli = require "vsalab.cli"
+local json = require "vsalab.json"
 
 local M = {}
-
--- The JSON at `path` of text `json` as Lua tables, through SQLite's JSON1
--- json_each (vsalab's own DB connection parses it; no second parser here).
--- Arrays become 1-based lists.
-local function decode(db, json, path)
-  local t = {}
-  for _, r in ipairs(db:q("SELECT key, value, type FROM json_each(?, ?)", json, path)) do
-    local key, v = r.key, r.value
-    local sub = type(key) == "number" and string.format("%s[%d]", path, key) or (path .. "." .. key)
-    if r.type == "object" or r.type == "array" then v = decode(db, json, sub)
-    elseif r.type == "true" then v = true
-    elseif r.type == "false" then v = false end
-    t[type(key) == "number" and key + 1 or key] = v
-  end
-  return t
-end
 
 function M.main(argv)
   local usage = "usage: vsalab rerun [--db PATH] ROW"
@@ -36,7 +21,7 @@ function M.main(argv)
   if not db then return 2 end
   local r = db:q([[SELECT r.*, run.seed AS run_seed, run.gpu_name AS gpu_name
                    FROM result r JOIN run ON run.id = r.run_id WHERE r.id = ?]], row_id)[1]
-  local extra = (r and r.extra) and decode(db, r.extra, "$") or {}
+  local extra = (r and r.extra) and json.decode(r.extra) or {}
   db:close()
   if not r then io.stderr:write("vsalab rerun: no result row ", row_id, "\n"); return 2 end
   if r.kernel == "config" then
