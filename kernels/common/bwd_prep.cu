@@ -67,9 +67,103 @@ sort_group(const prep_params &p, int g)
   }
 }
 
-/* The preprocess, one launch: Delta[row] = Σ_d dO[row, d]·o[row, d] in
- * fp32 and the row's dQ accumulator zeroed (one warp per row), the order
- * counters zeroed, and (blocks < groups) the work order. */
+/* Programmatic dependent launch (sm_90+): a grid lets the next one in
+ * the stream start early, and that one waits for it to finish (its memory
+ * visible) only where it needs its results. No-ops without such a launch;
+ * compiled out of the compute_80 PTX, which launch_prep therefore never
+ * launches that way (prep_overlaps). */
+__device__ __forceinline__ void
+launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void
+wait_prerequisites()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Deterministic dQ: block (x, bh) folds max|K| and max‖V_row‖² over the
+ * valid rows (row < vbs) of kv blocks x, x + S, x + 2S, ... of head bh
+ * (S = stat_slots) into slot (bh, x) of kv_stats; the preprocess takes the
+ * maximum over a head's slots (head_kv_stats). No atomics and no zeroed
+ * scratch: every slot is written. NaN elements are skipped by fmaxf, a NaN
+ * row norm by the final fmaxf. The preprocess that follows may start at
+ * once (programmatic dependent launch); it waits before reading the slots.
+ *
+ * Memory-bound by design: thread t reads 16-byte chunk t & 15 of rows
+ * (t >> 4) + 16y, y < 4, of K and of V, all eight loads issued before
+ * any use (32 KB a block in flight, four blocks a multiprocessor); a row's
+ * 16 chunks sit in 16 consecutive lanes, which sum ‖V_row‖² by shuffles.
+ * The one-row-a-warp version ran at 1.4–1.7 TB/s (kernels/NOTES.md). */
+__global__ void __launch_bounds__(256, 4) // four a multiprocessor: kv_stat_slots' grid
+kv_stats_kernel(const __grid_constant__ prep_params p)
+{
+  launch_dependents();
+  const int t = threadIdx.x, lane = t & 31, chunk = t & 15, S = p.stat_slots;
+  const int64_t bh = blockIdx.y, nkv = p.Skv / BLK;
+  float mk = 0.f, mv = 0.f;
+  for (int64_t blk = blockIdx.x; blk < nkv; blk += S) {
+    const int vb = min(max(p.vbs[blk], 0), BLK);
+    const int64_t first = bh * p.Skv + blk * BLK;
+    uint4 kc[4], vc[4];
+#pragma unroll
+    for (int y = 0; y < 4; y++) {
+      const int r = (t >> 4) + 16 * y;
+      kc[y] = vc[y] = make_uint4(0, 0, 0, 0);
+      if (r < vb) {
+        kc[y] = __ldg(reinterpret_cast<const uint4 *>(p.k + (first + r) * D) + chunk);
+        vc[y] = __ldg(reinterpret_cast<const uint4 *>(p.v + (first + r) * D) + chunk);
+      }
+    }
+#pragma unroll
+    for (int y = 0; y < 4; y++) {
+      const uint32_t kw[4] = {kc[y].x, kc[y].y, kc[y].z, kc[y].w};
+      const uint32_t vw[4] = {vc[y].x, vc[y].y, vc[y].z, vc[y].w};
+      float rv = 0.f;
+#pragma unroll
+      for (int w = 0; w < 4; w++) { // bf16 -> fp32 is a 16-bit shift
+        mk = fmaxf(mk, fmaxf(fabsf(__uint_as_float(kw[w] << 16)),
+                             fabsf(__uint_as_float(kw[w] & 0xffff0000u))));
+        const float v0 = __uint_as_float(vw[w] << 16), v1 = __uint_as_float(vw[w] & 0xffff0000u);
+        rv = fmaf(v0, v0, fmaf(v1, v1, rv));
+      }
+#pragma unroll
+      for (int m = 8; m > 0; m >>= 1) rv += __shfl_xor_sync(0xffffffffu, rv, m);
+      mv = fmaxf(mv, rv);
+    }
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, m));
+    mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, m));
+  }
+  __shared__ float wk[8], wv[8];
+  if (lane == 0) {
+    wk[t >> 5] = mk;
+    wv[t >> 5] = mv;
+  }
+  __syncthreads();
+  if (t == 0) {
+    for (int w = 1; w < 8; w++) {
+      mk = fmaxf(mk, wk[w]);
+      mv = fmaxf(mv, wv[w]);
+    }
+    reinterpret_cast<float2 *>(p.kv_stats)[bh * S + blockIdx.x] = make_float2(mk, mv);
+  }
+}
+
+/* The preprocess: Delta[row] = Σ_d dO[row, d]·o[row, d] in fp32 and the
+ * row's dQ accumulator zeroed (one warp per row, 8 rows a block, all of
+ * one head: Sq is a multiple of 64), the order counters zeroed, and
+ * (blocks < groups) the work order. In the fixed-point mode it then waits
+ * for kv_stats_kernel (a programmatic dependent launch) and writes the row
+ * exponents. */
 __global__ void __launch_bounds__(256)
 prep_kernel(const __grid_constant__ prep_params p)
 {
@@ -78,79 +172,40 @@ prep_kernel(const __grid_constant__ prep_params p)
   const int64_t nthreads = (int64_t)gridDim.x * blockDim.x;
   for (int64_t x = tid; x < p.n_a; x += nthreads) p.zero_a[x] = 0;
   for (int64_t x = tid; x < p.n_b; x += nthreads) p.zero_b[x] = 0;
-  const int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t row0 = blockIdx.x * (int64_t)(blockDim.x / 32);
+  const int64_t row = row0 + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
-  if (row >= p.rows) return;
-  reinterpret_cast<float4 *>(p.dq_accum + row * D)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
-  const __nv_bfloat162 *a = reinterpret_cast<const __nv_bfloat162 *>(p.dO + row * D) + lane * 2;
-  const __nv_bfloat162 *c = reinterpret_cast<const __nv_bfloat162 *>(p.o + row * D) + lane * 2;
-  float s = 0.f;
-#pragma unroll
-  for (int x = 0; x < 2; x++) {
-    float2 u = __bfloat1622float2(a[x]), w = __bfloat1622float2(c[x]);
-    s = fmaf(u.x, w.x, fmaf(u.y, w.y, s));
-  }
-  float n2 = 0.f; // ‖dO_r‖², for the fixed-point bound
-  if (p.row_exp) {
+  if (row0 >= p.rows) return; // the whole block
+  float s = 0.f, n2 = 0.f;    // Delta_r, and ‖dO_r‖² for the fixed-point bound
+  if (row < p.rows) {
+    reinterpret_cast<float4 *>(p.dq_accum + row * D)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
+    // 4-byte loads: dO and o need no more alignment than a bf16 pair.
+    const uint32_t *a = reinterpret_cast<const uint32_t *>(p.dO + row * D) + 2 * lane;
+    const uint32_t *c = reinterpret_cast<const uint32_t *>(p.o + row * D) + 2 * lane;
+    const uint32_t aw[2] = {a[0], a[1]}, cw[2] = {c[0], c[1]};
 #pragma unroll
     for (int x = 0; x < 2; x++) {
-      float2 u = __bfloat1622float2(a[x]);
-      n2 = fmaf(u.x, u.x, fmaf(u.y, u.y, n2));
-    }
-  }
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) {
-    s += __shfl_xor_sync(0xffffffffu, s, m);
-    n2 += __shfl_xor_sync(0xffffffffu, n2, m);
-  }
-  if (lane == 0) {
-    p.delta[row] = s;
-    if (p.row_exp) {
-      const int64_t bh = row / p.Sq;
-      const float maxk = __uint_as_float(p.kv_stats[2 * bh]);
-      const float maxv = sqrtf(__uint_as_float(p.kv_stats[2 * bh + 1]));
-      const float bound = 2.f * maxk * fmaf(sqrtf(n2), maxv, fabsf(s));
-      int ex = 0; // bound < 2^ex
-      if (bound > 0.f && isfinite(bound)) frexpf(bound, &ex);
-      p.row_exp[row] = bound > 0.f && isfinite(bound) ? min(max(30 - ex, -126), 126) : 0;
-    }
-  }
-}
-
-/* Deterministic dQ: per (b, h) = blockIdx.y, max|K| and max‖V_row‖² over
- * the valid rows of kv block blockIdx.x (row < vbs), folded into
- * kv_stats[bh] with atomicMax on the float bits (non-negative floats order
- * as their bits do; NaN rows are skipped). One warp per 8 rows. */
-__global__ void __launch_bounds__(256)
-kv_stats_kernel(const __grid_constant__ prep_params p)
-{
-  const int blk = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const int64_t bh = blockIdx.y;
-  const int vb = min(max(p.vbs[blk], 0), BLK);
-  float mk = 0.f, mv = 0.f;
-  for (int r = w; r < vb; r += 8) {
-    const int64_t row = bh * p.Skv + (int64_t)blk * BLK + r;
-    const __nv_bfloat162 *kr = reinterpret_cast<const __nv_bfloat162 *>(p.k + row * D) + lane * 2;
-    const __nv_bfloat162 *vr = reinterpret_cast<const __nv_bfloat162 *>(p.v + row * D) + lane * 2;
-    float rk = 0.f, rv = 0.f;
-#pragma unroll
-    for (int x = 0; x < 2; x++) {
-      float2 u = __bfloat1622float2(kr[x]), z = __bfloat1622float2(vr[x]);
-      rk = fmaxf(rk, fmaxf(fabsf(u.x), fabsf(u.y)));
-      rv = fmaf(z.x, z.x, fmaf(z.y, z.y, rv));
+      const float u0 = __uint_as_float(aw[x] << 16), u1 = __uint_as_float(aw[x] & 0xffff0000u);
+      const float w0 = __uint_as_float(cw[x] << 16), w1 = __uint_as_float(cw[x] & 0xffff0000u);
+      s = fmaf(u0, w0, fmaf(u1, w1, s));
+      n2 = fmaf(u0, u0, fmaf(u1, u1, n2));
     }
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) {
-      rk = fmaxf(rk, __shfl_xor_sync(0xffffffffu, rk, m));
-      rv += __shfl_xor_sync(0xffffffffu, rv, m);
+      s += __shfl_xor_sync(0xffffffffu, s, m);
+      n2 += __shfl_xor_sync(0xffffffffu, n2, m);
     }
-    mk = fmaxf(mk, rk);
-    mv = fmaxf(mv, rv);
+    if (lane == 0) p.delta[row] = s;
   }
-  if (lane == 0 && vb > 0) {
-    atomicMax(p.kv_stats + 2 * bh, __float_as_uint(mk));
-    atomicMax(p.kv_stats + 2 * bh + 1, __float_as_uint(mv));
+  if (!p.row_exp) return;
+  wait_prerequisites(); // the K/V statistics (kv_stats_kernel) are complete
+  __shared__ float2 head;
+  if (threadIdx.x < 32) {
+    const float2 h = head_kv_stats(p.kv_stats, p.stat_slots, row0 / p.Sq);
+    if (lane == 0) head = h;
   }
+  __syncthreads();
+  if (row < p.rows && lane == 0) p.row_exp[row] = fixed_row_exp(n2, s, head.x, head.y);
 }
 
 /* Index (in float4) of output chunk c (4 columns) of row `row` in the
@@ -190,18 +245,49 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layou
 
 } // namespace
 
+/* True when the preprocess this device runs has the griddepcontrol
+ * instructions (machine code or PTX for sm_90+; not the compute_80 PTX a
+ * newer GPU without its own image would JIT): only then may it be a
+ * programmatic dependent launch. Asked once a process (one device kind). */
+static bool
+prep_overlaps()
+{
+  static int known = -1;
+  if (known < 0) {
+    cudaFuncAttributes a;
+    known = cudaFuncGetAttributes(&a, prep_kernel) == cudaSuccess && a.ptxVersion >= 90;
+  }
+  return known == 1;
+}
+
 cudaError_t
 launch_prep(const prep_params &p, cudaStream_t stream)
 {
-  if (p.row_exp) {
-    const int64_t BH = p.rows / p.Sq;
-    if (BH > 65535) return cudaErrorInvalidValue;
-    cudaError_t e = cudaMemsetAsync(p.kv_stats, 0, (size_t)BH * 2 * sizeof(uint32_t), stream);
-    if (e != cudaSuccess) return e;
-    kv_stats_kernel<<<dim3((unsigned)(p.Skv / BLK), (unsigned)BH), 256, 0, stream>>>(p);
+  const unsigned blocks = (unsigned)((p.rows + 7) / 8);
+  if (!p.row_exp) {
+    prep_kernel<<<blocks, 256, 0, stream>>>(p);
+    return cudaGetLastError();
   }
-  prep_kernel<<<(unsigned)((p.rows + 7) / 8), 256, 0, stream>>>(p);
-  return cudaGetLastError();
+  const int64_t BH = p.rows / p.Sq;
+  if (BH > 65535) return cudaErrorInvalidValue;
+  kv_stats_kernel<<<dim3((unsigned)p.stat_slots, (unsigned)BH), 256, 0, stream>>>(p);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  if (!prep_overlaps()) { // a plain launch waits for the statistics
+    prep_kernel<<<blocks, 256, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  // The preprocess overlaps the statistics (programmatic dependent launch).
+  cudaLaunchAttribute attr;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(256);
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, prep_kernel, p);
 }
 
 cudaError_t

@@ -51,7 +51,8 @@ struct prep_params {
   int32_t *order;
   // Deterministic dQ (row_exp non-NULL): dQ partials are added as int32
   // round(x · 2^row_exp[row]). Per (b, h), kv_stats gets max|K| and
-  // max‖V_row‖² over the valid kv rows (row < vbs[block]); per q row,
+  // max‖V_row‖² over the valid kv rows (row < vbs[block]), as partial
+  // maxima in stat_slots slots (kv_stat_slots); per q row,
   //   B_r = 2·max|K|·(‖dO_r‖·max‖V‖ + |Delta_r|)
   // bounds every partial sum of |dQ_r,d| before sm_scale (|dQ_r,d| ≤
   // max|K|·Σ_j|dS_rj|, Σ_j P_rj ≤ 1, |dP_rj| ≤ ‖dO_r‖·‖V_j‖ by
@@ -61,16 +62,41 @@ struct prep_params {
   const uint16_t *k, *v;   // bf16 [B·H·Skv, D]
   const int32_t *vbs;      // [Skv / 64]
   int64_t Sq, Skv;
-  uint32_t *kv_stats;      // [B·H, 2] scratch (float bits)
+  float *kv_stats;         // [B·H, stat_slots, 2] scratch: max|K|, max‖V_row‖²
+  int stat_slots;
   int *row_exp;            // [rows] out
 };
 
+/* Slots of partial K/V statistics a head: one per statistics block, enough
+ * blocks (about four a multiprocessor of an H200) to keep the loads in
+ * flight, at most 64 (the preprocess reads a head's slots with one warp),
+ * at most one a kv block. */
+inline int
+kv_stat_slots(int64_t BH, int64_t nkv)
+{
+  if (BH < 1) return 1;
+  int64_t s = (528 + BH - 1) / BH;
+  s = s > 64 ? 64 : s;
+  s = s > nkv ? nkv : s;
+  return s < 1 ? 1 : (int)s;
+}
+
+/* Scratch bytes of the statistics slots (kv_stats). */
+inline size_t
+kv_stats_bytes(int64_t BH, int64_t nkv)
+{
+  return (size_t)BH * kv_stat_slots(BH, nkv) * 2 * sizeof(float);
+}
+
 /* Turn on the deterministic (fixed-point) mode's part of the preprocess:
- * the K/V statistics (kv_stats, [B·H, 2] scratch) and the row exponents
- * (row_exp, [rows]) from k, v ([B·H·Skv, D] bf16) and vbs. */
+ * the K/V statistics (kv_stats, kv_stats_bytes of scratch) and the row
+ * exponents (row_exp, [rows]) from k, v ([B·H·Skv, D] bf16) and vbs. The
+ * statistics are a kernel of their own; the preprocess overlaps them
+ * (programmatic dependent launch) and waits for them before the exponents.
+ * Call after p.rows is set. */
 inline void
 prep_fixed_point(prep_params &p, const uint16_t *k, const uint16_t *v, const int32_t *vbs,
-                 int64_t Sq, int64_t Skv, uint32_t *kv_stats, int *row_exp)
+                 int64_t Sq, int64_t Skv, float *kv_stats, int *row_exp)
 {
   p.k = k;
   p.v = v;
@@ -78,11 +104,52 @@ prep_fixed_point(prep_params &p, const uint16_t *k, const uint16_t *v, const int
   p.Sq = Sq;
   p.Skv = Skv;
   p.kv_stats = kv_stats;
+  p.stat_slots = kv_stat_slots(p.rows / Sq, Skv / BLK);
   p.row_exp = row_exp;
 }
 
-/* One launch: Delta, the zeroed accumulator and counters, the work order;
- * with the fixed-point mode, a memset and the K/V statistics launch first. */
+#ifdef __CUDACC__
+/* The fixed-point exponent of one q row from the bound above: ‖dO_r‖² (n2),
+ * Delta_r, and its head's max|K| and max‖V_row‖² (head_k, head_v2):
+ * 30 − ex with B_r < 2^ex (ex = ⌊log2 B_r⌋ + 1, frexpf's), clamped to
+ * [−126, 126]; 0 when B_r is 0 or not finite.
+ * (The preprocess's; one function, should another user need the same
+ * bits.) */
+__device__ __forceinline__ int
+fixed_row_exp(float n2, float delta, float head_k, float head_v2)
+{
+  const float bound = 2.f * head_k * fmaf(sqrtf(n2), sqrtf(head_v2), fabsf(delta));
+  if (!(bound > 0.f) || !isfinite(bound)) return 0;
+  int ex; // bound < 2^ex
+  frexpf(bound, &ex);
+  return min(max(30 - ex, -126), 126);
+}
+
+/* A head's max|K| and max‖V_row‖² from its stat_slots slots (one warp,
+ * every lane gets the result). */
+__device__ __forceinline__ float2
+head_kv_stats(const float *kv_stats, int slots, int64_t bh)
+{
+  float mk = 0.f, mv = 0.f;
+  for (int x = threadIdx.x & 31; x < slots; x += 32) {
+    const float2 st = reinterpret_cast<const float2 *>(kv_stats)[bh * slots + x];
+    mk = fmaxf(mk, st.x);
+    mv = fmaxf(mv, st.y);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, m));
+    mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, m));
+  }
+  return make_float2(mk, mv);
+}
+#endif
+
+/* The preprocess: Delta, the zeroed accumulator and counters, the work
+ * order. With the fixed-point mode (prep_fixed_point) the K/V statistics
+ * launch first, and the preprocess is a programmatic dependent launch: it
+ * does all of the above while they run, then waits for them before the
+ * row exponents. */
 cudaError_t launch_prep(const prep_params &p, cudaStream_t stream);
 
 /* How a main kernel leaves dQ in the accumulator. */

@@ -666,7 +666,7 @@ map_scratch(const vsa_shape *s, int q_chunk, int ctas)
   auto carve = [&](size_t bytes) { size_t o = at; at = (at + bytes + 255) & ~(size_t)255; return o; };
   m.delta = carve((size_t)rows * 4);
   m.row_exp = carve((size_t)rows * 4);
-  m.kv_stats = carve((size_t)s->B * s->H * 8);
+  m.kv_stats = carve(vsa_bwd::kv_stats_bytes((int64_t)s->B * s->H, s->Skv / BLK));
   m.ticket = carve(8 + (size_t)(kv_rows / BLK) * 4);
   m.order = carve((size_t)(kv_rows / BLK) * 4);
   m.sched = carve((size_t)ctas * 16);
@@ -743,7 +743,7 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
   pp.order = reinterpret_cast<int32_t *>(ws + m.order);
   if (deterministic)
     vsa_bwd::prep_fixed_point(pp, d_k, d_v, d_vbs, s->Sq, s->Skv,
-                              reinterpret_cast<uint32_t *>(ws + m.kv_stats),
+                              reinterpret_cast<float *>(ws + m.kv_stats),
                               reinterpret_cast<int *>(ws + m.row_exp));
   e = vsa_bwd::launch_prep(pp, stream);
   if (e != cudaSuccess) return e;

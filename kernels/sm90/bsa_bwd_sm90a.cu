@@ -182,14 +182,15 @@ sm90_tile_maps(sm90_ws_params &p, const void *q, const void *k, const void *v, c
 }
 
 /* Scratch map: dQ accumulator (fp32 rows x D), Delta (rows), the
- * fixed-point row exponents (rows) and K/V statistics (2 per (b, h)) of the
- * deterministic mode, the work order (kv_rows / 64), then, 256-byte aligned
+ * fixed-point row exponents (rows) and K/V statistics slots
+ * (vsa_bwd::kv_stats_bytes) of the deterministic mode, the work order
+ * (kv_rows / 64), then, 256-byte aligned
  * for float4 access, the dK/dV partials of q chunking and their counters. */
 static size_t
-kv_acc_offset(int64_t rows, int64_t kv_rows, int64_t BH)
+kv_acc_offset(int64_t rows, int64_t kv_rows, int64_t BH, int64_t nkv)
 {
   size_t b = (size_t)rows * D * sizeof(float) + 2 * (size_t)rows * sizeof(float) +
-             (size_t)BH * 2 * sizeof(uint32_t) + (size_t)(kv_rows / BLK) * sizeof(int32_t);
+             vsa_bwd::kv_stats_bytes(BH, nkv) + (size_t)(kv_rows / BLK) * sizeof(int32_t);
   return (b + 255) & ~(size_t)255;
 }
 
@@ -197,7 +198,7 @@ extern "C" size_t
 bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk)
 {
   int64_t BH = (int64_t)s->B * s->H, rows = BH * s->Sq, kv_rows = BH * s->Skv;
-  size_t bytes = kv_acc_offset(rows, kv_rows, BH);
+  size_t bytes = kv_acc_offset(rows, kv_rows, BH, s->Skv / BLK);
   if (vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) > 1) // dK/dV partials and their order counters
     bytes += (size_t)kv_rows * 2 * D * sizeof(float) + (size_t)(kv_rows / BLK) * sizeof(int);
   return bytes;
@@ -221,11 +222,12 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   float *dq_accum = static_cast<float *>(d_scratch);
   float *delta = dq_accum + rows * D;
   int *row_exp = reinterpret_cast<int *>(delta + rows);
-  uint32_t *kv_stats = reinterpret_cast<uint32_t *>(row_exp + rows);
-  int32_t *order = reinterpret_cast<int32_t *>(kv_stats + BH * 2);
+  float *kv_stats = reinterpret_cast<float *>(row_exp + rows);
+  int32_t *order = reinterpret_cast<int32_t *>(reinterpret_cast<char *>(kv_stats) +
+                                               vsa_bwd::kv_stats_bytes(BH, nkv));
   const int chunks = ws ? vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) : 1;
   float *kv_acc = reinterpret_cast<float *>(static_cast<char *>(d_scratch) +
-                                            kv_acc_offset(rows, kv_rows, BH));
+                                            kv_acc_offset(rows, kv_rows, BH, nkv));
   int *kv_sem = reinterpret_cast<int *>(kv_acc + kv_rows * 2 * D);
   const int group = vsa_bwd::heads_per_group(BH, s->Sq, chunks);
   vsa_bwd::prep_params pp = {};

@@ -279,7 +279,12 @@ pair_dq_shared(uint32_t kv, uint32_t ds, int hn, float *acc_q, uint32_t *a_p, ui
 
 /* The five GEMMs of one pair for a CTA with one consumer warpgroup
  * (threads 0..127, v2 and v3): phase 1, the warpgroup's barrier, phase 2.
- * The layout is the map above (OFF_K, OFF_V, OFF_DS). */
+ * The layout is the map above (OFF_K, OFF_V, OFF_DS).
+ *
+ * Phase 2 keeps the tensor pipe fed while dQ leaves: half 0 is issued
+ * behind the running dV/dK group; once that group retires (its A fragments
+ * die), half 1 is issued into the freed registers, and half 0 is emitted
+ * (staged, or converted to fixed point) while half 1 runs (v3.3, NOTES). */
 template <class Emit>
 __device__ __forceinline__ void
 pair_gradients(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO,
@@ -291,21 +296,30 @@ pair_gradients(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO
   pair_dkdv<T>(base, base_ptr, sQ, sdO, lse, delta, scale_log2, valid0, valid1, acc_dk, acc_dv,
                a_p, a_ds);
   named_sync(BAR_CONSUMERS, CONSUMER_THREADS); // dS^T complete for every warp
+  float acc_q0[32], acc_q1[32];
+  wgmma_fence();
 #pragma unroll
-  for (int hn = 0; hn < 2; hn++) {
-    float acc_q[32];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-      wgmma_ss_n64<1, 1>(acc_q, desc_mnmajor(base + OFF_DS + kk * 2048),
-                         desc_mnmajor(base + OFF_K + hn * REGION + kk * 2048), kk > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(acc_q, 32);
-    emit(hn, acc_q);
-  }
+  for (int kk = 0; kk < 4; kk++)
+    wgmma_ss_n64<1, 1>(acc_q0, desc_mnmajor(base + OFF_DS + kk * 2048),
+                       desc_mnmajor(base + OFF_K + kk * 2048), kk > 0);
+  wgmma_commit();
+  wgmma_wait<1>(); // dV/dK retired: a_p, a_ds are dead
   reg_fence(acc_dk, 64);
   reg_fence(acc_dv, 64);
+  reg_fence_u32(a_p, 16);
+  reg_fence_u32(a_ds, 16);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++)
+    wgmma_ss_n64<1, 1>(acc_q1, desc_mnmajor(base + OFF_DS + kk * 2048),
+                       desc_mnmajor(base + OFF_K + REGION + kk * 2048), kk > 0);
+  wgmma_commit();
+  wgmma_wait<1>();
+  reg_fence(acc_q0, 32);
+  emit(0, acc_q0);
+  wgmma_wait<0>();
+  reg_fence(acc_q1, 32);
+  emit(1, acc_q1);
 }
 
 /* Write dQ half hn (fragment order) into a staged fp32 tile at stg. */

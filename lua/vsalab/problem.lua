@@ -39,6 +39,8 @@ end
 -- 'vsa:4.0'). Raises naming the argument otherwise (no source position: the
 -- message is a usage error's, shown as it is by the experiments).
 function M.parse_lists(lists)
+  -- Spaces around a name ("-a 'lists=[random, vsa:4]'") are not part of it.
+  if type(lists) == "string" then lists = lists:match("^%s*(.-)%s*$") end
   if lists == nil or lists == "random" then return "random", nil, "random" end
   local ell = type(lists) == "string" and lists:match("^vsa:(.+)$")
   ell = ell and tonumber(ell)

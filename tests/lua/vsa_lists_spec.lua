@@ -435,6 +435,13 @@ describe("the lists axis", function()
     assert.equal("vsa:4", v.lists)
     assert.equal(pts[2].hash, v.hash)
     assert.truthy(H.err(exp.normalise_lists, {lists = "vsa:abc"}):find("argument 'lists': expected", 1, true))
+    -- Spaces around a name are trimmed to the canonical name.
+    sw:override{"-a", "lists=[random, vsa:4 ]"}
+    local spaced = sw:points()
+    assert.is_nil(exp.normalise_lists(spaced[1]).lists)
+    local trimmed = exp.normalise_lists(spaced[2])
+    assert.equal("vsa:4", trimmed.lists)
+    assert.equal(pts[2].hash, trimmed.hash)
   end)
 
   it("runs end to end: rows store lists and sharing; show, compare and the report tell them apart", function()
