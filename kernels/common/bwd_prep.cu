@@ -67,48 +67,26 @@ sort_group(const prep_params &p, int g)
   }
 }
 
-/* Programmatic dependent launch (sm_90+): a grid lets the next one in
- * the stream start early, and that one waits for it to finish (its memory
- * visible) only where it needs its results. No-ops without such a launch;
- * compiled out of the compute_80 PTX, which launch_prep therefore never
- * launches that way (prep_overlaps). */
-__device__ __forceinline__ void
-launch_dependents()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void
-wait_prerequisites()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-/* Deterministic dQ: block (x, bh) folds max|K| and max‖V_row‖² over the
- * valid rows (row < vbs) of kv blocks x, x + S, x + 2S, ... of head bh
- * (S = stat_slots) into slot (bh, x) of kv_stats; the preprocess takes the
- * maximum over a head's slots (head_kv_stats). No atomics and no zeroed
- * scratch: every slot is written. NaN elements are skipped by fmaxf, a NaN
- * row norm by the final fmaxf. The preprocess that follows may start at
- * once (programmatic dependent launch); it waits before reading the slots.
+/* Deterministic dQ: statistics block (x, bh) of the preprocess folds
+ * max|K| and max‖V_row‖² over the valid rows (row < vbs) of kv blocks x,
+ * x + S, x + 2S, ... of head bh (S = stat_slots) into slot (bh, x) of
+ * kv_stats; whoever needs a head's values takes the maximum over its slots
+ * (head_kv_stats) in a later launch. No atomics and no zeroed scratch:
+ * every slot is written. NaN elements are skipped by fmaxf, a NaN row norm
+ * by the final fmaxf.
  *
  * Memory-bound by design: thread t reads 16-byte chunk t & 15 of rows
  * (t >> 4) + 16y, y < 4, of K and of V, all eight loads issued before
- * any use (32 KB a block in flight, four blocks a multiprocessor); a row's
- * 16 chunks sit in 16 consecutive lanes, which sum ‖V_row‖² by shuffles.
- * The one-row-a-warp version ran at 1.4–1.7 TB/s (kernels/NOTES.md). */
-__global__ void __launch_bounds__(256, 4) // four a multiprocessor: kv_stat_slots' grid
-kv_stats_kernel(const __grid_constant__ prep_params p)
+ * any use (32 KB a block in flight); a row's 16 chunks sit in 16
+ * consecutive lanes, which sum ‖V_row‖² by shuffles. The one-row-a-warp
+ * version ran at 1.4–1.7 TB/s (kernels/NOTES.md). */
+__device__ void
+kv_stats_block(const prep_params &p, int x, int64_t bh)
 {
-  launch_dependents();
   const int t = threadIdx.x, lane = t & 31, chunk = t & 15, S = p.stat_slots;
-  const int64_t bh = blockIdx.y, nkv = p.Skv / BLK;
+  const int64_t nkv = p.Skv / BLK;
   float mk = 0.f, mv = 0.f;
-  for (int64_t blk = blockIdx.x; blk < nkv; blk += S) {
+  for (int64_t blk = x; blk < nkv; blk += S) {
     const int vb = min(max(p.vbs[blk], 0), BLK);
     const int64_t first = bh * p.Skv + blk * BLK;
     uint4 kc[4], vc[4];
@@ -154,58 +132,69 @@ kv_stats_kernel(const __grid_constant__ prep_params p)
       mk = fmaxf(mk, wk[w]);
       mv = fmaxf(mv, wv[w]);
     }
-    reinterpret_cast<float2 *>(p.kv_stats)[bh * S + blockIdx.x] = make_float2(mk, mv);
+    reinterpret_cast<float2 *>(p.kv_stats)[bh * S + x] = make_float2(mk, mv);
   }
 }
 
-/* The preprocess: Delta[row] = Σ_d dO[row, d]·o[row, d] in fp32 and the
- * row's dQ accumulator zeroed (one warp per row, 8 rows a block, all of
- * one head: Sq is a multiple of 64), the order counters zeroed, and
- * (blocks < groups) the work order. In the fixed-point mode it then waits
- * for kv_stats_kernel (a programmatic dependent launch) and writes the row
- * exponents. */
+/* The preprocess, one launch: in the fixed-point mode its first
+ * stat_blocks blocks are K/V statistics blocks (kv_stats_block); every
+ * other block computes Delta[row] = Σ_d dO[row, d]·o[row, d] in fp32 and
+ * zeroes the row's dQ accumulator (one warp per row, 8 rows a block, all of
+ * one head: Sq is a multiple of 64), zeroes the counters, and (the first
+ * `groups` of them) builds the work order. In the fixed-point mode a row
+ * also gets ‖dO_r‖ (row_dnorm), for row_exp_kernel. Nothing in it waits
+ * for anything: the exponents, which need a whole head's statistics, are
+ * the next launch (kernels/NOTES.md v3.4). */
 __global__ void __launch_bounds__(256)
 prep_kernel(const __grid_constant__ prep_params p)
 {
-  if (p.order && blockIdx.x < p.groups) sort_group(p, blockIdx.x);
-  const int64_t tid = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  const int64_t nthreads = (int64_t)gridDim.x * blockDim.x;
+  if ((int64_t)blockIdx.x < p.stat_blocks) {
+    kv_stats_block(p, (int)(blockIdx.x % p.stat_slots), blockIdx.x / p.stat_slots);
+    return;
+  }
+  const int64_t block = blockIdx.x - p.stat_blocks, blocks = gridDim.x - p.stat_blocks;
+  if (p.order && block < p.groups) sort_group(p, (int)block);
+  const int64_t tid = block * blockDim.x + threadIdx.x, nthreads = blocks * blockDim.x;
   for (int64_t x = tid; x < p.n_a; x += nthreads) p.zero_a[x] = 0;
   for (int64_t x = tid; x < p.n_b; x += nthreads) p.zero_b[x] = 0;
-  const int64_t row0 = blockIdx.x * (int64_t)(blockDim.x / 32);
-  const int64_t row = row0 + threadIdx.x / 32;
+  const int64_t row = block * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
-  if (row0 >= p.rows) return; // the whole block
-  float s = 0.f, n2 = 0.f;    // Delta_r, and ‖dO_r‖² for the fixed-point bound
-  if (row < p.rows) {
-    reinterpret_cast<float4 *>(p.dq_accum + row * D)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
-    // 4-byte loads: dO and o need no more alignment than a bf16 pair.
-    const uint32_t *a = reinterpret_cast<const uint32_t *>(p.dO + row * D) + 2 * lane;
-    const uint32_t *c = reinterpret_cast<const uint32_t *>(p.o + row * D) + 2 * lane;
-    const uint32_t aw[2] = {a[0], a[1]}, cw[2] = {c[0], c[1]};
+  if (row >= p.rows) return;
+  reinterpret_cast<float4 *>(p.dq_accum + row * D)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
+  // 4-byte loads: dO and o need no more alignment than a bf16 pair.
+  const uint32_t *a = reinterpret_cast<const uint32_t *>(p.dO + row * D) + 2 * lane;
+  const uint32_t *c = reinterpret_cast<const uint32_t *>(p.o + row * D) + 2 * lane;
+  const uint32_t aw[2] = {a[0], a[1]}, cw[2] = {c[0], c[1]};
+  float s = 0.f, n2 = 0.f; // Delta_r, and ‖dO_r‖² for the fixed-point bound
 #pragma unroll
-    for (int x = 0; x < 2; x++) {
-      const float u0 = __uint_as_float(aw[x] << 16), u1 = __uint_as_float(aw[x] & 0xffff0000u);
-      const float w0 = __uint_as_float(cw[x] << 16), w1 = __uint_as_float(cw[x] & 0xffff0000u);
-      s = fmaf(u0, w0, fmaf(u1, w1, s));
-      n2 = fmaf(u0, u0, fmaf(u1, u1, n2));
-    }
+  for (int x = 0; x < 2; x++) {
+    const float u0 = __uint_as_float(aw[x] << 16), u1 = __uint_as_float(aw[x] & 0xffff0000u);
+    const float w0 = __uint_as_float(cw[x] << 16), w1 = __uint_as_float(cw[x] & 0xffff0000u);
+    s = fmaf(u0, w0, fmaf(u1, w1, s));
+    n2 = fmaf(u0, u0, fmaf(u1, u1, n2));
+  }
 #pragma unroll
-    for (int m = 16; m > 0; m >>= 1) {
-      s += __shfl_xor_sync(0xffffffffu, s, m);
-      n2 += __shfl_xor_sync(0xffffffffu, n2, m);
-    }
-    if (lane == 0) p.delta[row] = s;
+  for (int m = 16; m > 0; m >>= 1) {
+    s += __shfl_xor_sync(0xffffffffu, s, m);
+    n2 += __shfl_xor_sync(0xffffffffu, n2, m);
   }
-  if (!p.row_exp) return;
-  wait_prerequisites(); // the K/V statistics (kv_stats_kernel) are complete
-  __shared__ float2 head;
-  if (threadIdx.x < 32) {
-    const float2 h = head_kv_stats(p.kv_stats, p.stat_slots, row0 / p.Sq);
-    if (lane == 0) head = h;
+  if (lane == 0) {
+    p.delta[row] = s;
+    if (p.row_exp) p.row_dnorm[row] = sqrtf(n2);
   }
-  __syncthreads();
-  if (row < p.rows && lane == 0) p.row_exp[row] = fixed_row_exp(n2, s, head.x, head.y);
+}
+
+/* The fixed-point row exponents, launched after the preprocess: thread =
+ * q row; a warp's 32 rows are of one head (Sq is a multiple of 64), whose
+ * slots it folds once. */
+__global__ void __launch_bounds__(256)
+row_exp_kernel(const __grid_constant__ prep_params p)
+{
+  const int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  const int64_t warp_row = row & ~(int64_t)31;
+  if (warp_row >= p.rows) return; // the whole warp
+  const float2 h = head_kv_stats(p.kv_stats, p.stat_slots, warp_row / p.Sq);
+  if (row < p.rows) p.row_exp[row] = fixed_row_exp(p.row_dnorm[row], p.delta[row], h.x, h.y);
 }
 
 /* Index (in float4) of output chunk c (4 columns) of row `row` in the
@@ -245,49 +234,16 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layou
 
 } // namespace
 
-/* True when the preprocess this device runs has the griddepcontrol
- * instructions (machine code or PTX for sm_90+; not the compute_80 PTX a
- * newer GPU without its own image would JIT): only then may it be a
- * programmatic dependent launch. Asked once a process (one device kind). */
-static bool
-prep_overlaps()
-{
-  static int known = -1;
-  if (known < 0) {
-    cudaFuncAttributes a;
-    known = cudaFuncGetAttributes(&a, prep_kernel) == cudaSuccess && a.ptxVersion >= 90;
-  }
-  return known == 1;
-}
-
 cudaError_t
 launch_prep(const prep_params &p, cudaStream_t stream)
 {
-  const unsigned blocks = (unsigned)((p.rows + 7) / 8);
-  if (!p.row_exp) {
-    prep_kernel<<<blocks, 256, 0, stream>>>(p);
-    return cudaGetLastError();
-  }
-  const int64_t BH = p.rows / p.Sq;
-  if (BH > 65535) return cudaErrorInvalidValue;
-  kv_stats_kernel<<<dim3((unsigned)p.stat_slots, (unsigned)BH), 256, 0, stream>>>(p);
+  const int64_t blocks = (p.rows + 7) / 8 + p.stat_blocks;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  prep_kernel<<<(unsigned)blocks, 256, 0, stream>>>(p);
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return e;
-  if (!prep_overlaps()) { // a plain launch waits for the statistics
-    prep_kernel<<<blocks, 256, 0, stream>>>(p);
-    return cudaGetLastError();
-  }
-  // The preprocess overlaps the statistics (programmatic dependent launch).
-  cudaLaunchAttribute attr;
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(256);
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, prep_kernel, p);
+  if (e != cudaSuccess || !p.row_exp) return e;
+  row_exp_kernel<<<(unsigned)((p.rows + 255) / 256), 256, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 cudaError_t

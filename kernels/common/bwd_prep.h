@@ -64,12 +64,14 @@ struct prep_params {
   int64_t Sq, Skv;
   float *kv_stats;         // [B·H, stat_slots, 2] scratch: max|K|, max‖V_row‖²
   int stat_slots;
+  int64_t stat_blocks;     // B·H·stat_slots statistics blocks (0: fp32 mode)
+  float *row_dnorm;        // [rows] out: ‖dO_r‖
   int *row_exp;            // [rows] out
 };
 
 /* Slots of partial K/V statistics a head: one per statistics block, enough
  * blocks (about four a multiprocessor of an H200) to keep the loads in
- * flight, at most 64 (the preprocess reads a head's slots with one warp),
+ * flight, at most 64 (a reader folds a head's slots with one warp),
  * at most one a kv block. */
 inline int
 kv_stat_slots(int64_t BH, int64_t nkv)
@@ -89,14 +91,13 @@ kv_stats_bytes(int64_t BH, int64_t nkv)
 }
 
 /* Turn on the deterministic (fixed-point) mode's part of the preprocess:
- * the K/V statistics (kv_stats, kv_stats_bytes of scratch) and the row
- * exponents (row_exp, [rows]) from k, v ([B·H·Skv, D] bf16) and vbs. The
- * statistics are a kernel of their own; the preprocess overlaps them
- * (programmatic dependent launch) and waits for them before the exponents.
- * Call after p.rows is set. */
+ * the K/V statistics (kv_stats, kv_stats_bytes of scratch, blocks of the
+ * preprocess's own launch), ‖dO_r‖ (row_dnorm, [rows]) and the row
+ * exponents (row_exp, [rows], a second launch), from k, v ([B·H·Skv, D]
+ * bf16) and vbs. Call after p.rows is set. */
 inline void
 prep_fixed_point(prep_params &p, const uint16_t *k, const uint16_t *v, const int32_t *vbs,
-                 int64_t Sq, int64_t Skv, float *kv_stats, int *row_exp)
+                 int64_t Sq, int64_t Skv, float *kv_stats, float *row_dnorm, int *row_exp)
 {
   p.k = k;
   p.v = v;
@@ -105,28 +106,31 @@ prep_fixed_point(prep_params &p, const uint16_t *k, const uint16_t *v, const int
   p.Skv = Skv;
   p.kv_stats = kv_stats;
   p.stat_slots = kv_stat_slots(p.rows / Sq, Skv / BLK);
+  p.stat_blocks = (p.rows / Sq) * p.stat_slots;
+  p.row_dnorm = row_dnorm;
   p.row_exp = row_exp;
 }
 
 #ifdef __CUDACC__
-/* The fixed-point exponent of one q row from the bound above: ‖dO_r‖² (n2),
- * Delta_r, and its head's max|K| and max‖V_row‖² (head_k, head_v2):
- * 30 − ex with B_r < 2^ex (ex = ⌊log2 B_r⌋ + 1, frexpf's), clamped to
- * [−126, 126]; 0 when B_r is 0 or not finite.
- * (The preprocess's; one function, should another user need the same
- * bits.) */
+/* The fixed-point exponent of one q row from the bound above: ‖dO_r‖
+ * (dnorm), Delta_r, and its head's max|K| and max‖V_row‖ (head_k, head_v,
+ * head_kv_stats): 30 − ex with B_r < 2^ex (ex = ⌊log2 B_r⌋ + 1, frexpf's),
+ * clamped to [−126, 126]; 0 when B_r is 0 or not finite. Float rounding
+ * in B_r is a few ulps, far inside the bound's factor 2 and the
+ * 2^30-of-2^31 margin. */
 __device__ __forceinline__ int
-fixed_row_exp(float n2, float delta, float head_k, float head_v2)
+fixed_row_exp(float dnorm, float delta, float head_k, float head_v)
 {
-  const float bound = 2.f * head_k * fmaf(sqrtf(n2), sqrtf(head_v2), fabsf(delta));
+  const float bound = 2.f * head_k * fmaf(dnorm, head_v, fabsf(delta));
   if (!(bound > 0.f) || !isfinite(bound)) return 0;
   int ex; // bound < 2^ex
   frexpf(bound, &ex);
   return min(max(30 - ex, -126), 126);
 }
 
-/* A head's max|K| and max‖V_row‖² from its stat_slots slots (one warp,
- * every lane gets the result). */
+/* A head's max|K| and max‖V_row‖ (the square root of the slots' largest
+ * ‖V_row‖²) from its stat_slots slots (one warp, every lane gets the
+ * result). */
 __device__ __forceinline__ float2
 head_kv_stats(const float *kv_stats, int slots, int64_t bh)
 {
@@ -141,15 +145,14 @@ head_kv_stats(const float *kv_stats, int slots, int64_t bh)
     mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, m));
     mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, m));
   }
-  return make_float2(mk, mv);
+  return make_float2(mk, sqrtf(mv));
 }
 #endif
 
 /* The preprocess: Delta, the zeroed accumulator and counters, the work
- * order. With the fixed-point mode (prep_fixed_point) the K/V statistics
- * launch first, and the preprocess is a programmatic dependent launch: it
- * does all of the above while they run, then waits for them before the
- * row exponents. */
+ * order; with the fixed-point mode (prep_fixed_point) also the K/V
+ * statistics and ‖dO_r‖ in the same launch, then the row exponents in a
+ * second one (the first launch's blocks never wait for each other). */
 cudaError_t launch_prep(const prep_params &p, cudaStream_t stream);
 
 /* How a main kernel leaves dQ in the accumulator. */

@@ -649,12 +649,12 @@ bwd_kernel(const __grid_constant__ params p)
 // host side
 
 /* Scratch map: dQ accumulator (rows x D x 4 B), Delta (rows), row
- * exponents (rows) and K/V statistics (deterministic), the ticket (8 B) and the q-chunk
+ * exponents and ‖dO_r‖² (rows each) and K/V statistics (deterministic), the ticket (8 B) and the q-chunk
  * counters (kv_rows / 64), the work order (kv_rows / 64), the scheduler
  * slots (16 B a CTA), then, 256-byte
  * aligned, the dK/dV partials (q chunking) and the emulated tensor memory. */
 struct scratch_map {
-  size_t delta, row_exp, kv_stats, ticket, order, sched, kv_acc, emu, total;
+  size_t delta, row_exp, row_dnorm, kv_stats, ticket, order, sched, kv_acc, emu, total;
 };
 
 static scratch_map
@@ -666,6 +666,7 @@ map_scratch(const vsa_shape *s, int q_chunk, int ctas)
   auto carve = [&](size_t bytes) { size_t o = at; at = (at + bytes + 255) & ~(size_t)255; return o; };
   m.delta = carve((size_t)rows * 4);
   m.row_exp = carve((size_t)rows * 4);
+  m.row_dnorm = carve((size_t)rows * 4);
   m.kv_stats = carve(vsa_bwd::kv_stats_bytes((int64_t)s->B * s->H, s->Skv / BLK));
   m.ticket = carve(8 + (size_t)(kv_rows / BLK) * 4);
   m.order = carve((size_t)(kv_rows / BLK) * 4);
@@ -744,6 +745,7 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
   if (deterministic)
     vsa_bwd::prep_fixed_point(pp, d_k, d_v, d_vbs, s->Sq, s->Skv,
                               reinterpret_cast<float *>(ws + m.kv_stats),
+                              reinterpret_cast<float *>(ws + m.row_dnorm),
                               reinterpret_cast<int *>(ws + m.row_exp));
   e = vsa_bwd::launch_prep(pp, stream);
   if (e != cudaSuccess) return e;

@@ -182,14 +182,14 @@ sm90_tile_maps(sm90_ws_params &p, const void *q, const void *k, const void *v, c
 }
 
 /* Scratch map: dQ accumulator (fp32 rows x D), Delta (rows), the
- * fixed-point row exponents (rows) and K/V statistics slots
+ * fixed-point row exponents and ‖dO_r‖ (rows each) and K/V statistics slots
  * (vsa_bwd::kv_stats_bytes) of the deterministic mode, the work order
  * (kv_rows / 64), then, 256-byte aligned
  * for float4 access, the dK/dV partials of q chunking and their counters. */
 static size_t
 kv_acc_offset(int64_t rows, int64_t kv_rows, int64_t BH, int64_t nkv)
 {
-  size_t b = (size_t)rows * D * sizeof(float) + 2 * (size_t)rows * sizeof(float) +
+  size_t b = (size_t)rows * D * sizeof(float) + 3 * (size_t)rows * sizeof(float) +
              vsa_bwd::kv_stats_bytes(BH, nkv) + (size_t)(kv_rows / BLK) * sizeof(int32_t);
   return (b + 255) & ~(size_t)255;
 }
@@ -222,7 +222,8 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   float *dq_accum = static_cast<float *>(d_scratch);
   float *delta = dq_accum + rows * D;
   int *row_exp = reinterpret_cast<int *>(delta + rows);
-  float *kv_stats = reinterpret_cast<float *>(row_exp + rows);
+  float *row_dnorm = reinterpret_cast<float *>(row_exp + rows);
+  float *kv_stats = row_dnorm + rows;
   int32_t *order = reinterpret_cast<int32_t *>(reinterpret_cast<char *>(kv_stats) +
                                                vsa_bwd::kv_stats_bytes(BH, nkv));
   const int chunks = ws ? vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) : 1;
@@ -246,7 +247,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   pp.group_items = group * (variant == VSA_SM90A_KV2 ? (nkv + 1) / 2 : nkv);
   pp.order = ws ? order : NULL;
   if (deterministic)
-    vsa_bwd::prep_fixed_point(pp, d_k, d_v, d_vbs, s->Sq, s->Skv, kv_stats, row_exp);
+    vsa_bwd::prep_fixed_point(pp, d_k, d_v, d_vbs, s->Sq, s->Skv, kv_stats, row_dnorm, row_exp);
   cudaError_t err = vsa_bwd::launch_prep(pp, stream);
   if (err != cudaSuccess) return err;
   sm90_bwd_common c;

@@ -1,10 +1,11 @@
 -- breakdown.lua — one timed-path call of sm90a (v3) per shape and dQ mode
 -- (fp32, then the fixed-point deterministic mode), for a per-kernel time
--- split (kv statistics of the fixed-point bound; preprocess: Delta,
--- zeroing, work order; main kernel; dQ finish) under Nsight Compute
+-- split (preprocess: Delta, zeroing, work order, and the K/V statistics of
+-- the fixed-point bound; its row exponents; main kernel; dQ finish) under
+-- Nsight Compute
 -- (tests/gpu/run.sh breakdown):
 --   ncu --metrics gpu__time_duration.sum \
---       -k regex:"kv_stats_kernel|prep_kernel|bwd_ws_kernel|dq_finish" \
+--       -k regex:"prep_kernel|row_exp_kernel|bwd_ws_kernel|dq_finish" \
 --       build/vsalab run tests/gpu/breakdown.lua
 local shapes = {4096, 8192, 16384}
 for _, S in ipairs(shapes) do

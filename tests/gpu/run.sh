@@ -92,7 +92,7 @@ for step in $steps; do
     vsa_lists) # problem.build time at Wan 720P H40, random vs VSA-like lists
       "$bin" run tests/gpu/vsa_build_time.lua 2>&1 | tee "$out/vsa_lists.log" ;;
     breakdown) # per-kernel times of one sm90a call a mode (fp32, fixed point) at 4k, 8k, 16k
-      ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"kv_stats_kernel|prep_kernel|bwd_ws_kernel|dq_finish" \
+      ncu --clock-control none --metrics gpu__time_duration.sum -k regex:"prep_kernel|row_exp_kernel|bwd_ws_kernel|dq_finish" \
         "$bin" run tests/gpu/breakdown.lua 2>&1 | tee "$out/breakdown.log" ;;
     seed_sweep) "$bin" run --db "$out/results.db" experiments/seed_sweep.lua 2>&1 | tee "$out/seed_sweep.log" ;;
     invert) "$bin" run --db "$out/results.db" experiments/invert_bench.lua 2>&1 | tee "$out/invert.log" ;;
