@@ -136,8 +136,16 @@ kv_stats_block(const prep_params &p, int x, int64_t bh)
   }
 }
 
+/* Statistics blocks at the front of the preprocess launch: one a slot of
+ * each head in the fixed-point mode, none otherwise. */
+__host__ __device__ __forceinline__ int64_t
+stat_blocks(const prep_params &p)
+{
+  return p.row_exp ? (p.rows / p.Sq) * p.stat_slots : 0;
+}
+
 /* The preprocess, one launch: in the fixed-point mode its first
- * stat_blocks blocks are K/V statistics blocks (kv_stats_block); every
+ * stat_blocks(p) blocks are K/V statistics blocks (kv_stats_block); every
  * other block computes Delta[row] = Σ_d dO[row, d]·o[row, d] in fp32 and
  * zeroes the row's dQ accumulator (one warp per row, 8 rows a block, all of
  * one head: Sq is a multiple of 64), zeroes the counters, and (the first
@@ -148,11 +156,12 @@ kv_stats_block(const prep_params &p, int x, int64_t bh)
 __global__ void __launch_bounds__(256)
 prep_kernel(const __grid_constant__ prep_params p)
 {
-  if ((int64_t)blockIdx.x < p.stat_blocks) {
+  const int64_t nstat = stat_blocks(p);
+  if ((int64_t)blockIdx.x < nstat) {
     kv_stats_block(p, (int)(blockIdx.x % p.stat_slots), blockIdx.x / p.stat_slots);
     return;
   }
-  const int64_t block = blockIdx.x - p.stat_blocks, blocks = gridDim.x - p.stat_blocks;
+  const int64_t block = blockIdx.x - nstat, blocks = gridDim.x - nstat;
   if (p.order && block < p.groups) sort_group(p, (int)block);
   const int64_t tid = block * blockDim.x + threadIdx.x, nthreads = blocks * blockDim.x;
   for (int64_t x = tid; x < p.n_a; x += nthreads) p.zero_a[x] = 0;
@@ -182,6 +191,42 @@ prep_kernel(const __grid_constant__ prep_params p)
     p.delta[row] = s;
     if (p.row_exp) p.row_dnorm[row] = sqrtf(n2);
   }
+}
+
+/* The fixed-point exponent of one q row from the bound in bwd_prep.h
+ * (prep_params): ‖dO_r‖ (dnorm), Delta_r, and its head's max|K| and
+ * max‖V_row‖ (head_k, head_v, head_kv_stats): 30 − ex with B_r < 2^ex
+ * (ex = ⌊log2 B_r⌋ + 1, frexpf's), clamped to [−126, 126]; 0 when B_r is
+ * 0 or not finite. Float rounding in B_r is a few ulps, far inside the
+ * bound's factor 2 and the 2^30-of-2^31 margin. */
+__device__ __forceinline__ int
+fixed_row_exp(float dnorm, float delta, float head_k, float head_v)
+{
+  const float bound = 2.f * head_k * fmaf(dnorm, head_v, fabsf(delta));
+  if (!(bound > 0.f) || !isfinite(bound)) return 0;
+  int ex; // bound < 2^ex
+  frexpf(bound, &ex);
+  return min(max(30 - ex, -126), 126);
+}
+
+/* A head's max|K| and max‖V_row‖ (the square root of the slots' largest
+ * ‖V_row‖²) from its stat_slots slots (one warp, every lane gets the
+ * result). */
+__device__ __forceinline__ float2
+head_kv_stats(const float *kv_stats, int slots, int64_t bh)
+{
+  float mk = 0.f, mv = 0.f;
+  for (int x = threadIdx.x & 31; x < slots; x += 32) {
+    const float2 st = reinterpret_cast<const float2 *>(kv_stats)[bh * slots + x];
+    mk = fmaxf(mk, st.x);
+    mv = fmaxf(mv, st.y);
+  }
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, m));
+    mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, m));
+  }
+  return make_float2(mk, sqrtf(mv));
 }
 
 /* The fixed-point row exponents, launched after the preprocess: thread =
@@ -237,7 +282,7 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layou
 cudaError_t
 launch_prep(const prep_params &p, cudaStream_t stream)
 {
-  const int64_t blocks = (p.rows + 7) / 8 + p.stat_blocks;
+  const int64_t blocks = (p.rows + 7) / 8 + stat_blocks(p);
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   prep_kernel<<<(unsigned)blocks, 256, 0, stream>>>(p);
   cudaError_t e = cudaGetLastError();

@@ -64,7 +64,6 @@ struct prep_params {
   int64_t Sq, Skv;
   float *kv_stats;         // [B·H, stat_slots, 2] scratch: max|K|, max‖V_row‖²
   int stat_slots;
-  int64_t stat_blocks;     // B·H·stat_slots statistics blocks (0: fp32 mode)
   float *row_dnorm;        // [rows] out: ‖dO_r‖
   int *row_exp;            // [rows] out
 };
@@ -106,48 +105,10 @@ prep_fixed_point(prep_params &p, const uint16_t *k, const uint16_t *v, const int
   p.Skv = Skv;
   p.kv_stats = kv_stats;
   p.stat_slots = kv_stat_slots(p.rows / Sq, Skv / BLK);
-  p.stat_blocks = (p.rows / Sq) * p.stat_slots;
   p.row_dnorm = row_dnorm;
   p.row_exp = row_exp;
 }
 
-#ifdef __CUDACC__
-/* The fixed-point exponent of one q row from the bound above: ‖dO_r‖
- * (dnorm), Delta_r, and its head's max|K| and max‖V_row‖ (head_k, head_v,
- * head_kv_stats): 30 − ex with B_r < 2^ex (ex = ⌊log2 B_r⌋ + 1, frexpf's),
- * clamped to [−126, 126]; 0 when B_r is 0 or not finite. Float rounding
- * in B_r is a few ulps, far inside the bound's factor 2 and the
- * 2^30-of-2^31 margin. */
-__device__ __forceinline__ int
-fixed_row_exp(float dnorm, float delta, float head_k, float head_v)
-{
-  const float bound = 2.f * head_k * fmaf(dnorm, head_v, fabsf(delta));
-  if (!(bound > 0.f) || !isfinite(bound)) return 0;
-  int ex; // bound < 2^ex
-  frexpf(bound, &ex);
-  return min(max(30 - ex, -126), 126);
-}
-
-/* A head's max|K| and max‖V_row‖ (the square root of the slots' largest
- * ‖V_row‖²) from its stat_slots slots (one warp, every lane gets the
- * result). */
-__device__ __forceinline__ float2
-head_kv_stats(const float *kv_stats, int slots, int64_t bh)
-{
-  float mk = 0.f, mv = 0.f;
-  for (int x = threadIdx.x & 31; x < slots; x += 32) {
-    const float2 st = reinterpret_cast<const float2 *>(kv_stats)[bh * slots + x];
-    mk = fmaxf(mk, st.x);
-    mv = fmaxf(mv, st.y);
-  }
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) {
-    mk = fmaxf(mk, __shfl_xor_sync(0xffffffffu, mk, m));
-    mv = fmaxf(mv, __shfl_xor_sync(0xffffffffu, mv, m));
-  }
-  return make_float2(mk, sqrtf(mv));
-}
-#endif
 
 /* The preprocess: Delta, the zeroed accumulator and counters, the work
  * order; with the fixed-point mode (prep_fixed_point) also the K/V

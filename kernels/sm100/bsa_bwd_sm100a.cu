@@ -649,7 +649,7 @@ bwd_kernel(const __grid_constant__ params p)
 // host side
 
 /* Scratch map: dQ accumulator (rows x D x 4 B), Delta (rows), row
- * exponents and ‖dO_r‖² (rows each) and K/V statistics (deterministic), the ticket (8 B) and the q-chunk
+ * exponents and ‖dO_r‖ (rows each) and K/V statistics (deterministic), the ticket (8 B) and the q-chunk
  * counters (kv_rows / 64), the work order (kv_rows / 64), the scheduler
  * slots (16 B a CTA), then, 256-byte
  * aligned, the dK/dV partials (q chunking) and the emulated tensor memory. */
