@@ -136,16 +136,8 @@ kv_stats_block(const prep_params &p, int x, int64_t bh)
   }
 }
 
-/* Statistics blocks at the front of the preprocess launch: one a slot of
- * each head in the fixed-point mode, none otherwise. */
-__host__ __device__ __forceinline__ int64_t
-stat_blocks(const prep_params &p)
-{
-  return p.row_exp ? (p.rows / p.Sq) * p.stat_slots : 0;
-}
-
 /* The preprocess, one launch: in the fixed-point mode its first
- * stat_blocks(p) blocks are K/V statistics blocks (kv_stats_block); every
+ * stat_blocks blocks are K/V statistics blocks (kv_stats_block); every
  * other block computes Delta[row] = Σ_d dO[row, d]·o[row, d] in fp32 and
  * zeroes the row's dQ accumulator (one warp per row, 8 rows a block, all of
  * one head: Sq is a multiple of 64), zeroes the counters, and (the first
@@ -156,12 +148,11 @@ stat_blocks(const prep_params &p)
 __global__ void __launch_bounds__(256)
 prep_kernel(const __grid_constant__ prep_params p)
 {
-  const int64_t nstat = stat_blocks(p);
-  if ((int64_t)blockIdx.x < nstat) {
+  if ((int64_t)blockIdx.x < p.stat_blocks) {
     kv_stats_block(p, (int)(blockIdx.x % p.stat_slots), blockIdx.x / p.stat_slots);
     return;
   }
-  const int64_t block = blockIdx.x - nstat, blocks = gridDim.x - nstat;
+  const int64_t block = blockIdx.x - p.stat_blocks, blocks = gridDim.x - p.stat_blocks;
   if (p.order && block < p.groups) sort_group(p, (int)block);
   const int64_t tid = block * blockDim.x + threadIdx.x, nthreads = blocks * blockDim.x;
   for (int64_t x = tid; x < p.n_a; x += nthreads) p.zero_a[x] = 0;
@@ -282,7 +273,7 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layou
 cudaError_t
 launch_prep(const prep_params &p, cudaStream_t stream)
 {
-  const int64_t blocks = (p.rows + 7) / 8 + stat_blocks(p);
+  const int64_t blocks = (p.rows + 7) / 8 + p.stat_blocks;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
   prep_kernel<<<(unsigned)blocks, 256, 0, stream>>>(p);
   cudaError_t e = cudaGetLastError();

@@ -64,6 +64,7 @@ struct prep_params {
   int64_t Sq, Skv;
   float *kv_stats;         // [B·H, stat_slots, 2] scratch: max|K|, max‖V_row‖²
   int stat_slots;
+  int64_t stat_blocks;     // B·H·stat_slots statistics blocks (0: fp32 mode)
   float *row_dnorm;        // [rows] out: ‖dO_r‖
   int *row_exp;            // [rows] out
 };
@@ -105,6 +106,7 @@ prep_fixed_point(prep_params &p, const uint16_t *k, const uint16_t *v, const int
   p.Skv = Skv;
   p.kv_stats = kv_stats;
   p.stat_slots = kv_stat_slots(p.rows / Sq, Skv / BLK);
+  p.stat_blocks = (p.rows / Sq) * p.stat_slots; // the preprocess's statistics blocks
   p.row_dnorm = row_dnorm;
   p.row_exp = row_exp;
 }
