@@ -38,8 +38,12 @@ fi
 # cuobjdump (the SASS census; the CUDA 13.0 toolkit here ships none).
 if [ ! -x .deps/py/nvidia/cu13/bin/cuobjdump ] || [ ! -d .deps/py/cutlass_library ]; then
   echo "setup: installing nvidia-cutlass and nvidia-cuda-cuobjdump into .deps/py (test tools)"
+  # Only two tests need them: without the registry the build goes on, and
+  # those tests fail naming what is missing.
   python3 -m pip install -q --disable-pip-version-check --no-deps --target .deps/py \
-    nvidia-cutlass nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
+    nvidia-cutlass nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm ||
+    echo "setup: could not install the test tools (no Python registry?); building anyway:" \
+      "c_test_umma_cutlass and sass_census_sm100a will fail until they are installed" >&2
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null

@@ -1,6 +1,7 @@
 /* check.c — the recorded-error slot behind check.h. */
 #include "check.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -10,10 +11,23 @@ static _Thread_local int last_oom; /* the last failure was out of device memory 
 volatile int vsa_interrupt_flag;
 volatile int vsa_timeout_flag;
 
+const char *
+vsa_interrupt_message(void)
+{
+  switch (vsa_interrupt_flag) {
+  case SIGINT: return "interrupted! (SIGINT)";
+  case SIGTERM: return "interrupted! (SIGTERM)";
+  case SIGHUP: return "interrupted! (SIGHUP)";
+  case SIGPIPE: return "interrupted! (SIGPIPE: stdout closed)";
+  case SIGUSR1: return "interrupted! (SIGUSR1)";
+  default: return "interrupted!";
+  }
+}
+
 int
 vsa_poll_stop(void)
 {
-  if (vsa_interrupt_flag) return vsa_fail("interrupted!");
+  if (vsa_interrupt_flag) return vsa_fail("%s", vsa_interrupt_message());
   if (vsa_timeout_flag) {
     vsa_timeout_flag = 0;
     return vsa_fail("point timeout!");

@@ -21,13 +21,17 @@ int vsa_fail_cuda(cudaError_t e, const char *what, const char *file, int line);
  * that can free memory retry then). */
 int vsa_last_error_is_oom(void);
 
-/* Set by the host's signal handlers (src/host.c): an interrupt (SIGINT,
- * SIGTERM, SIGHUP, SIGUSR1, SIGPIPE) or the --point-timeout timer. Long
- * host loops call vsa_poll_stop() every few million elements. */
+/* Set by the host's signal handlers (src/host.c): an interrupt (the
+ * signal's number: SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE; 0 when none)
+ * or the --point-timeout timer. Long host loops call vsa_poll_stop() every
+ * few million elements. */
 extern volatile int vsa_interrupt_flag;
 extern volatile int vsa_timeout_flag;
-/* 0, or -1 with "interrupted!" (an interrupt stays pending, so the run still
- * ends 'interrupted') or "point timeout!" (consumed) recorded. */
+/* The error an interrupt raises, naming its signal: "interrupted!
+ * (SIGTERM)" (plain "interrupted!" for an unnamed one). */
+const char *vsa_interrupt_message(void);
+/* 0, or -1 with vsa_interrupt_message() (an interrupt stays pending, so the
+ * run still ends 'interrupted') or "point timeout!" (consumed) recorded. */
 int vsa_poll_stop(void);
 /* How many elements a host loop handles between two vsa_poll_stop() calls. */
 #define VSA_POLL_EVERY ((int64_t)1 << 22)

@@ -39,33 +39,17 @@ static lua_State *signal_state;
 #define interrupted vsa_interrupt_flag
 #define timed_out vsa_timeout_flag
 static volatile sig_atomic_t pipe_closed; /* SIGPIPE: stdout's reader left */
-static volatile sig_atomic_t stop_signal; /* the signal behind the interrupt */
 static struct timespec first_signal;
 
 // ----------------------------------------------------------------------------
 // interrupts
-
-static const char *
-signal_name(int sig)
-{
-  switch (sig) {
-  case SIGHUP: return "SIGHUP";
-  case SIGPIPE: return "SIGPIPE: stdout closed";
-  case SIGUSR1: return "SIGUSR1";
-  default: return NULL;
-  }
-}
 
 static void
 interrupt_hook(lua_State *L, lua_Debug *ar)
 {
   (void)ar;
   lua_sethook(L, NULL, 0, 0);
-  if (interrupted) {
-    const char *name = signal_name(stop_signal);
-    if (name) luaL_error(L, "interrupted! (%s)", name);
-    luaL_error(L, "interrupted!");
-  }
+  if (interrupted) luaL_error(L, "%s", vsa_interrupt_message());
   if (timed_out) {
     timed_out = 0;
     luaL_error(L, "point timeout!");
@@ -130,8 +114,7 @@ on_signal(int sig)
     }
     return;
   }
-  interrupted = 1;
-  stop_signal = sig;
+  interrupted = sig;
   first_signal = now;
   if (signal_state)
     lua_sethook(signal_state, interrupt_hook,
@@ -289,7 +272,6 @@ vsa_host_docall(lua_State *L, int nargs, int nres)
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
   for (int i = 0; i < 5; i++) signal(sigs[i], on_signal);
   interrupted = 0;
-  stop_signal = 0;
   int rc = lua_pcall(L, nargs, nres, base);
   /* SIGPIPE stays caught: a write to a closed stdout after the script
    * (the exit flush) must not kill the process before it has said how the

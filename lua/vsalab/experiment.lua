@@ -173,6 +173,20 @@ function M.normalise_lists(c)
   return c
 end
 
+-- A point's density that problem.build would reject (src/l_bsa.c: (0, 1]
+-- unless topk is given), raised as a usage error naming the argument before
+-- anything is built or logged: `-a density=2` is a typo, not a failed run.
+-- (Other fields stay the build's to refuse: scripts and reruns build
+-- failing points on purpose, and those runs must end `failed`.)
+function M.check_point(c)
+  if c.density ~= nil and c.topk == nil
+      and not (type(c.density) == "number" and c.density > 0 and c.density <= 1) then
+    usage.error(string.format("argument 'density': expected a number in (0, 1], got %s",
+      tostring(c.density)))
+  end
+  return c
+end
+
 function M.run(e)
   local device = e.device or "cuda"
   if e.sweep then
@@ -184,7 +198,7 @@ function M.run(e)
       else e.configs[#e.configs + 1] = p end
     end
   end
-  for _, c in ipairs(e.configs) do M.normalise_lists(c) end
+  for _, c in ipairs(e.configs) do M.check_point(M.normalise_lists(c)) end
   -- --shard I/N: this slice of the points only (lua/vsalab/shard.lua).
   local shard = (package.loaded.vsalab.context or {}).shard
   if shard then

@@ -308,7 +308,12 @@ function M.main(argv)
   -- close succeeded: a full disk leaves no half report and keeps the old.
   local tmp = string.format("%s.tmp-%d", out, (package.loaded.vsalab.context or {}).pid or 0)
   local f, err = io.open(tmp, "wb")
-  if not f then io.stderr:write("vsalab report: ", tostring(err), "\n"); return 2 end
+  if not f then -- err names the temporary file; the user asked for out
+    err = tostring(err)
+    if err:sub(1, #tmp + 2) == tmp .. ": " then err = err:sub(#tmp + 3) end
+    io.stderr:write("vsalab report: could not write ", out, ": ", err, "\n")
+    return 1
+  end
   local okw, werr = f:write(html)
   local okf, ferr = f:flush()
   local okc, cerr = f:close()

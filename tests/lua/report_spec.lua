@@ -23,6 +23,13 @@ describe("vsalab report", function()
     assert.equal(2, (H.vsalab("report --db " .. db .. " 99")))
   end)
 
+  it("exits 1 naming the -o path when it cannot create the file", function()
+    local target = dir .. "/no/such/dir/r.html"
+    local rc, _, err = H.vsalab("report --db " .. db .. " -o " .. target)
+    assert.equal(1, rc)
+    assert.truthy(err:find("could not write " .. target .. ": No such file", 1, true), err)
+  end)
+
   it("never writes the report over a database", function()
     os.execute("cp " .. db .. " " .. dir .. "/copy.db && ln -sf " .. db .. " " .. dir .. "/link.html")
     -- Another DB's WAL (its header is not SQLite's): any non-report file.

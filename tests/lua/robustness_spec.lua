@@ -98,9 +98,25 @@ describe("robustness", function()
       local d = vsalab.db_open(db, {readonly = true})
       local r = d:q("SELECT status, error FROM run")[1]
       assert.equal("interrupted", r.status)
+      assert.truthy(r.error:find("interrupted! (SIG" .. sig .. ")", 1, true), r.error)
       assert.is_true(#d:q("SELECT id FROM result") >= 1)
       d:close()
     end
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("rejects an out-of-range density from -a as a usage error, before any run row", function()
+    local dir = H.tmpdir()
+    local smoke = H.root .. "/experiments/smoke.lua"
+    for _, a in ipairs{"density=2", "density=0", "density=[0.5,3]"} do
+      local rc, _, err = H.vsalab("run --db " .. dir .. "/d.db " .. smoke .. " -a '" .. a .. "'")
+      assert.equal(2, rc, a)
+      assert.truthy(err:find("argument 'density': expected a number in (0, 1]", 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    assert.is_nil(io.open(dir .. "/d.db"))
+    local exp = require "vsalab.experiment"
+    assert.equal(2, exp.check_point({density = 2, topk = 2}).topk) -- topk decides then
     os.execute("rm -rf " .. dir)
   end)
 
