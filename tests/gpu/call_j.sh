@@ -12,15 +12,7 @@ B=.gpu-bin/vsalab
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv > $OUT/gpu.txt
 timeout 90 tests/gpu/run.sh $B quick > $OUT/quick_step.log 2>&1; echo "quick rc $?"
 grep -E "FAIL|launches|all outputs|error" $OUT/quick.log | head
-for tool in memcheck racecheck synccheck; do
-  VSALAB_SM100_EMU=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 $B run tests/gpu/sanitize_one.lua \
-    sm90a sm90a-det sm90a-v4-det sm100a-emu > $OUT/san_$tool.log 2>&1
-  echo "$tool rc $?"; grep -E "SUMMARY|FAIL" $OUT/san_$tool.log | head -3
-done
-VSALAB_SM100_EMU=1 timeout 120 $B run tests/gpu/sm100a_emu.lua > $OUT/sm100emu.log 2>&1; echo "sm100a_emu rc $?"
-tail -3 $OUT/sm100emu.log
-timeout 110 $B run tests/gpu/cases.lua sm90a-det > $OUT/cases.log 2>&1; echo "cases rc $?"
-grep -E "FAIL|checks passed" $OUT/cases.log | head -12
+bash tests/gpu/fixed_point_checks.sh $B
 D="--db $OUT/results.db"
 timeout 150 $B run $D experiments/seed_sweep.lua -a "Sq=[4096,8192,16384,32768,65536,131072]" \
   peers=triton kernels=sm90a,sm90a-det,triton > $OUT/seed1.log 2>&1; echo "seed1 rc $?"
