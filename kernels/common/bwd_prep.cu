@@ -222,10 +222,15 @@ head_kv_stats(const float *kv_stats, int slots, int64_t bh)
 
 /* The fixed-point row exponents, launched after the preprocess: thread =
  * q row; a warp's 32 rows are of one head (Sq is a multiple of 64), whose
- * slots it folds once. */
+ * slots it folds once. A main kernel launched behind it as a programmatic
+ * dependent (v3) may start at once and waits (griddepcontrol.wait) only
+ * before it reads the exponents. */
 __global__ void __launch_bounds__(256)
 row_exp_kernel(const __grid_constant__ prep_params p)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
   const int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   const int64_t warp_row = row & ~(int64_t)31;
   if (warp_row >= p.rows) return; // the whole warp

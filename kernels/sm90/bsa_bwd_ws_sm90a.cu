@@ -123,6 +123,10 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
       named_sync(BAR_CONSUMERS, CONSUMER_THREADS);
     }
   }
+  // FIXED: launched behind the row-exponent kernel as its programmatic
+  // dependent; the K/V and first stages load meanwhile. Every CTA waits,
+  // so this grid never completes before the exponents do.
+  if (FIXED) asm volatile("griddepcontrol.wait;" ::: "memory");
   int n = 0;
   for (int e = first; e < cnt; e = next_entry(list, e + 1, cnt, lo, hi), n++) {
     const int s = n & 1;
@@ -155,5 +159,6 @@ cudaError_t
 sm90_ws_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
   static bool configured = false;
-  return sm90_launch_main(bwd_ws_kernel<false>, bwd_ws_kernel<true>, THREADS, SMEM_BYTES, configured, p, stream);
+  return sm90_launch_main(bwd_ws_kernel<false>, bwd_ws_kernel<true>, THREADS, SMEM_BYTES, configured, p, stream,
+                          true);
 }

@@ -55,10 +55,14 @@ cudaError_t sm90_kv2_launch(const sm90_ws_params &p, cudaStream_t stream);
 
 /* Both launch functions: opt in to `smem` bytes of shared memory once
  * (configured), then launch the fp32 or the fixed-point (p.row_exp) kernel
- * over (group_items, chunks, groups). */
+ * over (group_items, chunks, groups). fixed_overlaps: the fixed-point
+ * kernel is a programmatic dependent launch of the row-exponent kernel
+ * before it (its consumers run griddepcontrol.wait before they read
+ * row_exp; bwd_prep.cu). */
 inline cudaError_t
 sm90_launch_main(void (*fp32)(sm90_ws_params), void (*fixed)(sm90_ws_params), int threads,
-                 uint32_t smem, bool &configured, const sm90_ws_params &p, cudaStream_t stream)
+                 uint32_t smem, bool &configured, const sm90_ws_params &p, cudaStream_t stream,
+                 bool fixed_overlaps = false)
 {
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(fp32, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -68,8 +72,21 @@ sm90_launch_main(void (*fp32)(sm90_ws_params), void (*fixed)(sm90_ws_params), in
     configured = true;
   }
   dim3 grid(p.group_items, p.chunks, p.groups);
-  (p.row_exp ? fixed : fp32)<<<grid, threads, smem, stream>>>(p);
-  return cudaGetLastError();
+  if (!p.row_exp || !fixed_overlaps) {
+    (p.row_exp ? fixed : fp32)<<<grid, threads, smem, stream>>>(p);
+    return cudaGetLastError();
+  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, fixed, p);
 }
 
 /* Producer thread of either kernel: TMA-load kv rows [kv_row, kv_row + 64)

@@ -5,9 +5,10 @@
 # call_o.sh, the kept build (a row-exponent launch after the merged
 # preprocess). quick on the new build; both modes of both binaries alone in
 # turn at 4k and 8k, three rounds; 16k, 32k, 65k once each (clock drift at
-# long shapes); the breakdown.
+# long shapes); the breakdown. OLD names another previous binary (session
+# 9: the v3.4 build of e675f86 against v3.5).
 set -uo pipefail
-B=.gpu-bin/vsalab O=.gpu-bin/vsalab-v3.3
+B=.gpu-bin/vsalab O=${OLD:-.gpu-bin/vsalab-v3.3} # OLD: the previous binary
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv > $OUT/gpu.txt
 timeout 90 tests/gpu/run.sh $B quick > $OUT/quick_step.log 2>&1; echo "quick rc $?"
 grep -E "FAIL|launches|all outputs|error" $OUT/quick.log | head

@@ -3,6 +3,7 @@
 # review mends): call_l.sh's timings against v3.3, then compute-sanitizer
 # on every backward whose preprocess changed, the emulated sm100a, CASES on
 # sm90a-det, and both modes beside Triton (.peer) from 4k to 65k.
+# Session 9 (v3.5, calls S on): OLD=.gpu-bin/vsalab-v3.4 bash tests/gpu/call_o.sh
 set -uo pipefail
 B=.gpu-bin/vsalab
 bash tests/gpu/call_l.sh
