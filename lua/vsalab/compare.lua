@@ -208,6 +208,12 @@ end
 
 local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-pct-host P] [--floor-ms MS] [--partial] A[:KERNEL] B[:KERNEL]"
 
+local about = [[
+A is the baseline; a run is an id, latest, latest~N or a revision prefix (4+
+hex digits); RUN:KERNEL takes one kernel's rows. Per point: B/A and a verdict
+(SAME, FAST, SLOW, AMBIGUOUS; NEW FAIL, ERR UP; ONLY A / ONLY B, MISSING).
+Exit 1 on SLOW, NEW FAIL or MISSING (--partial: B may be a subset).]]
+
 -- Entry point of `vsalab compare`: returns the exit status.
 function M.main(argv)
   local function floor(v)
@@ -215,12 +221,12 @@ function M.main(argv)
     if n and n >= 0 then return n end
     return nil, "expects a number >= 0"
   end
-  local o, refs = cli.parse("compare", argv, {usage = usage, strict = true, options = {
+  local o, refs = cli.parse("compare", argv, {usage = usage, strict = true, about = about, options = {
     ["--floor-pct"] = {key = "floor_pct", check = floor},
     ["--floor-ms"] = {key = "floor_ms", check = floor},
     ["--floor-pct-host"] = {key = "floor_pct_host", check = floor},
     ["--partial"] = {key = "partial", flag = true}}})
-  if not o then return 2 end
+  if not o then return refs end
   local opts = {floor_pct = o.floor_pct or M.defaults.floor_pct,
     floor_ms = o.floor_ms or M.defaults.floor_ms, partial = o.partial,
     floor_pct_host = o.floor_pct_host or M.defaults.floor_pct_host}

@@ -109,11 +109,19 @@ local usage = {
   show = "usage: vsalab show [--db PATH] [--format ...] RUN",
   query = "usage: vsalab query [--db PATH] [--format ...] \"SQL\" [values...]",
 }
+local about = {
+  runs = "the latest N runs (default 50) of the DB, opened read-only",
+  show = "a run's environment, args and context, then its rows; RUN: an id, latest,\n"
+    .. "latest~N or a revision prefix; --format table, csv (rows only), json or markdown",
+  query = "one read-only SQL statement, ? values bound in order; --format table, csv,\n"
+    .. "json or markdown",
+}
 
 function M.main(argv)
   local cmd = table.remove(argv, 1)
-  local o, rest = cli.parse(cmd, argv, {options = options, usage = usage[cmd] or ""})
-  if not o then return 2 end
+  local o, rest = cli.parse(cmd, argv, {options = options, usage = usage[cmd] or "",
+    about = about[cmd]})
+  if not o then return rest end
   o.format, o.rest = o.format or "table", rest
   local db = cli.open_db(cmd, o.db)
   if not db then return 2 end

@@ -13,8 +13,9 @@ local M = {}
 
 function M.main(argv)
   local usage = "usage: vsalab rerun [--db PATH] ROW"
-  local o, rest = cli.parse("rerun", argv, {usage = usage, strict = true})
-  if not o then return 2 end
+  local o, rest = cli.parse("rerun", argv, {usage = usage, strict = true,
+    about = "measures result row ROW's point again with the same inputs, as a new run"})
+  if not o then return rest end
   local row_id = #rest == 1 and rest[1]:match("^%d+$") and tonumber(rest[1])
   if not row_id then io.stderr:write(usage, "\n"); return 2 end
   local db = cli.open_db("rerun", o.db)

@@ -429,3 +429,25 @@ describe("what a new user sees", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings", function()
+  it("prints each command's usage for --help and -h, exit 0, and opens no DB", function()
+    local dir = H.tmpdir()
+    for _, cmd in ipairs{"run", "repl", "compare", "rerun", "report", "query", "show", "runs", "merge"} do
+      for _, h in ipairs{"--help", "-h"} do
+        local rc, out, err = H.sh("cd " .. dir .. " && " .. H.exe .. " " .. cmd .. " " .. h .. " </dev/null")
+        assert.equal(0, rc, cmd .. " " .. h .. "\n" .. err)
+        assert.truthy(out:find("usage: vsalab " .. cmd, 1, true), cmd .. " " .. h .. "\n" .. out)
+        assert.equal("", err, cmd .. " " .. h)
+      end
+    end
+    -- After other options too; run's help names its options.
+    local rc, out = H.vsalab("run --db " .. dir .. "/x.db --seed 3 --help")
+    assert.equal(0, rc)
+    assert.truthy(out:find("--point-timeout", 1, true), out)
+    assert.equal(0, (H.vsalab("compare --db " .. dir .. "/x.db 1 --help")))
+    assert.is_nil(io.open(dir .. "/results.db"))
+    assert.is_nil(io.open(dir .. "/x.db"))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
