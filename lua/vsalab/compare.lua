@@ -71,33 +71,51 @@ local function point_key(r, no_kernel)
   return table.concat(parts, "|")
 end
 
--- Resolve a run reference to an id.
+-- What the DB holds, for a reference that matches no run: "the DB has 3
+-- runs, ids 1 to 3" (latest~N counts logical runs: "latest~0 to latest~2").
+local function runs_hint(db, logical)
+  local r = db:q("SELECT count(*) AS n, min(id) AS lo, max(id) AS hi FROM run")[1]
+  if r.n == 0 then return "the DB has no runs" end
+  if logical then
+    local n = shard.has_sweeps(db)
+      and #db:q("SELECT 1 FROM run GROUP BY coalesce(sweep_id, 'run:' || id)") or r.n
+    return string.format("the DB has %d %srun%s: latest~0 to latest~%d", n,
+      n ~= r.n and "logical " or "", n == 1 and "" or "s", n - 1)
+  end
+  return string.format("the DB has %d run%s, ids %d to %d", r.n, r.n == 1 and "" or "s", r.lo, r.hi)
+end
+
+-- Resolve a run reference to an id; raises "no run matches 'REF' (...)",
+-- saying what the DB holds, when none does.
 function M.resolve(db, ref)
-  if ref == "latest" then ref = "latest~0" end
-  local back = ref:match("^latest~(%d+)$")
+  local function none(why, logical)
+    error(string.format("no run matches '%s' (%s%s)", ref, why and (why .. "; ") or "",
+      runs_hint(db, logical)), 0)
+  end
+  local back = (ref == "latest" and "0") or ref:match("^latest~(%d+)$")
   if back then
-    if #back > 15 then error("no run '" .. ref .. "' in this DB", 0) end
+    if #back > 15 then none(nil, true) end
     -- Counted in logical runs: the shards of one sweep are one.
     local r = shard.has_sweeps(db)
       and db:q([[SELECT min(id) AS id FROM run GROUP BY coalesce(sweep_id, 'run:' || id)
                  ORDER BY max(id) DESC LIMIT 1 OFFSET ?]], tonumber(back))
       or db:q("SELECT id FROM run ORDER BY id DESC LIMIT 1 OFFSET ?", tonumber(back))
-    if #r == 0 then error("no run '" .. ref .. "' in this DB", 0) end
+    if #r == 0 then none(nil, true) end
     return r[1].id
   end
   if ref:match("^%d+$") then
-    if #ref > 15 then error("no run with id " .. ref, 0) end
+    if #ref > 15 then none() end
     local r = db:q("SELECT id FROM run WHERE id = ?", tonumber(ref))
-    if #r == 0 then error("no run with id " .. ref, 0) end
+    if #r == 0 then none() end
     return r[1].id
   end
   -- A revision: its latest run. A prefix of several revisions is refused,
   -- and so is one too short to name a revision (git's minimum: 4 hex digits).
   if not ref:match("^%x%x%x%x") then
-    error("no run with id, 'latest' or revision '" .. ref .. "' (a revision prefix needs 4+ hex digits)", 0)
+    none("a run is an id, 'latest', 'latest~N' or a revision prefix of 4+ hex digits")
   end
   local revs = db:q("SELECT DISTINCT git_rev FROM run WHERE substr(git_rev, 1, ?) = ?", #ref, ref)
-  if #revs == 0 then error("no run with id, 'latest' or revision '" .. ref .. "'", 0) end
+  if #revs == 0 then none("no run was built from a revision starting so") end
   if #revs > 1 then
     local names = {}
     for i, v in ipairs(revs) do names[i] = v.git_rev end
@@ -230,7 +248,11 @@ function M.main(argv)
   local opts = {floor_pct = o.floor_pct or M.defaults.floor_pct,
     floor_ms = o.floor_ms or M.defaults.floor_ms, partial = o.partial,
     floor_pct_host = o.floor_pct_host or M.defaults.floor_pct_host}
-  if #refs ~= 2 then io.stderr:write(usage, "\n"); return 2 end
+  if #refs ~= 2 then
+    local got = #refs == 0 and "none" or (#refs .. ": '" .. table.concat(refs, "', '") .. "'")
+    io.stderr:write("vsalab compare: expected two runs, A (the baseline) and B, got ", got, "\n", usage, "\n")
+    return 2
+  end
   local db = cli.open_db("compare", o.db)
   if not db then return 2 end
   local ok2, sa = pcall(M.resolve_side, db, refs[1])

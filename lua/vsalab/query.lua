@@ -154,7 +154,10 @@ function M.main(argv)
     end
     M.print_rows(rows, cols, o.format)
   elseif cmd == "show" then
-    if #o.rest ~= 1 then return fail(usage.show) end
+    if #o.rest ~= 1 then
+      return fail(string.format("expected one RUN (an id, latest, latest~N or a revision prefix), got %s\n%s",
+        #o.rest == 0 and "none" or (#o.rest .. ": '" .. table.concat(o.rest, "', '") .. "'"), usage.show))
+    end
     local okr, id = pcall(require("vsalab.compare").resolve, db, o.rest[1])
     if not okr then return fail(tostring(id)) end
     local run = db:q("SELECT * FROM run WHERE id = ?", id)[1]

@@ -104,7 +104,7 @@ describe("vsalab compare", function()
     for _, ref in ipairs{"''", "abc", "zzzz"} do
       local rc4, _, err4 = H.vsalab("compare --db " .. path .. " " .. ref .. " " .. a)
       assert.equal(2, rc4, ref)
-      assert.truthy(err4:find("no run with id, 'latest' or revision", 1, true), err4)
+      assert.truthy(err4:find("no run matches '" .. ref:gsub("'", "") .. "' (", 1, true), err4)
     end
     local rc5, _, err5 = H.vsalab("show --db " .. path .. " ''")
     assert.equal(2, rc5)

@@ -451,3 +451,38 @@ describe("a kernel engineer's findings", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings: run references", function()
+  local dir = H.tmpdir()
+  local db = dir .. "/r.db"
+  local s = script(dir, "log.lua", "vsalab.log{experiment = 't', kernel = 'k', Sq = 64, ms_median = 1}\n")
+  for _ = 1, 3 do assert.equal(0, (H.vsalab("run --db " .. db .. " " .. s))) end
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  local function usage_err(args, text)
+    local rc, out, err = H.vsalab(args)
+    assert.equal(2, rc, args .. "\n" .. err)
+    assert.equal("", out, args)
+    assert.truthy(err:find(text, 1, true), args .. "\n" .. err)
+    assert.falsy(err:find("traceback", 1, true), err)
+  end
+
+  it("says which reference of compare, show or report matches no run, and what the DB has", function()
+    usage_err("compare --db " .. db .. " latest~9 latest",
+      "vsalab compare: no run matches 'latest~9' (the DB has 3 runs: latest~0 to latest~2)")
+    usage_err("compare --db " .. db .. " 1 99", "no run matches '99' (the DB has 3 runs, ids 1 to 3)")
+    usage_err("compare --db " .. db .. " abc 1", "no run matches 'abc' (a run is an id, 'latest'")
+    usage_err("compare --db " .. db .. " 1", "vsalab compare: expected two runs, A (the baseline) and B, got 1: '1'")
+    usage_err("compare --db " .. db, "expected two runs, A (the baseline) and B, got none")
+    usage_err("show --db " .. db .. " 7", "vsalab show: no run matches '7' (the DB has 3 runs, ids 1 to 3)")
+    usage_err("show --db " .. db, "vsalab show: expected one RUN")
+    usage_err("report --db " .. db .. " -o " .. dir .. "/r.html latest~3", "no run matches 'latest~3'")
+  end)
+
+  it("says why rerun cannot take its argument", function()
+    usage_err("rerun --db " .. db .. " abc", "vsalab rerun: 'abc' is not a result row id")
+    usage_err("rerun --db " .. db, "vsalab rerun: expected a ROW")
+    usage_err("rerun --db " .. db .. " 1 2", "expected one ROW (a result row's id), got 2: '1', '2'")
+    usage_err("rerun --db " .. db .. " 99", "no result row 99 (the DB has 3 result rows, ids 1 to 3)")
+  end)
+end)
