@@ -224,6 +224,17 @@ function M.compare(db, a, b, opts)
   return out, gate, matched, host_rows, host_opts.floor_pct
 end
 
+-- Points per verdict, and MISSING: the ONLY A points that gate (all of
+-- them unless --partial), as the summary line and the HTML view count them.
+function M.counts(rows)
+  local c = {SAME = 0, FAST = 0, SLOW = 0, AMBIGUOUS = 0, ["ONLY A"] = 0, ["ONLY B"] = 0, MISSING = 0}
+  for _, r in ipairs(rows) do
+    c[r.verdict] = (c[r.verdict] or 0) + 1
+    if r.flags == "MISSING" then c.MISSING = c.MISSING + 1 end
+  end
+  return c
+end
+
 local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-pct-host P] [--floor-ms MS] [--partial] A[:KERNEL] B[:KERNEL]"
 
 local about = [[
@@ -296,11 +307,10 @@ function M.main(argv)
     {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
     {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
     {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
-  local counts = {}
-  for _, r in ipairs(rows) do counts[r.verdict] = (counts[r.verdict] or 0) + 1 end
-  print(string.format("SAME %d  FAST %d  SLOW %d  AMBIGUOUS %d  ONLY A %d  ONLY B %d",
-    counts.SAME or 0, counts.FAST or 0, counts.SLOW or 0, counts.AMBIGUOUS or 0,
-    counts["ONLY A"] or 0, counts["ONLY B"] or 0))
+  local counts = M.counts(rows)
+  print(string.format("SAME %d  FAST %d  SLOW %d  AMBIGUOUS %d  ONLY A %d  ONLY B %d  MISSING %d",
+    counts.SAME, counts.FAST, counts.SLOW, counts.AMBIGUOUS, counts["ONLY A"], counts["ONLY B"],
+    counts.MISSING))
   if matched == 0 then
     io.stderr:write("vsalab compare: no point of run ", sb.label, " matches run ", sa.label, "\n")
     return 1

@@ -486,3 +486,37 @@ describe("a kernel engineer's findings: run references", function()
     usage_err("rerun --db " .. db .. " 99", "no result row 99 (the DB has 3 result rows, ids 1 to 3)")
   end)
 end)
+
+describe("a kernel engineer's findings: compare", function()
+  it("counts MISSING points in the summary line and the HTML view", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/m.db"
+    local d = vsalab.db_open(db)
+    local function sweep(heads)
+      local id = d:begin_run{script = "s"}
+      for _, h in ipairs(heads) do
+        d:log{run_id = id, experiment = "t", kernel = "k", B = 1, H = h, Sq = 64, ms_median = 1,
+          ms_min = 1, ms_max = 1, mode = "hot", passed = 1}
+      end
+      d:end_run(id, "finished")
+    end
+    sweep{1, 2, 3}
+    sweep{1}
+    d:close()
+    local rc, out = H.vsalab("compare --db " .. db .. " 1 2")
+    assert.equal(1, rc, out)
+    assert.truthy(out:find("ONLY A 2  ONLY B 0  MISSING 2\n", 1, true), out)
+    local rc2, out2 = H.vsalab("compare --db " .. db .. " --partial 1 2")
+    assert.equal(0, rc2, out2)
+    assert.truthy(out2:find("ONLY A 2  ONLY B 0  MISSING 0\n", 1, true), out2)
+    local rc3, out3 = H.vsalab("compare --db " .. db .. " 2 1")
+    assert.equal(0, rc3, out3)
+    assert.truthy(out3:find("ONLY A 0  ONLY B 2  MISSING 0\n", 1, true), out3)
+    assert.equal(0, (H.vsalab("report --db " .. db .. " -o " .. dir .. "/c.html 1 2")))
+    local f = io.open(dir .. "/c.html")
+    local html = f:read("*a")
+    f:close()
+    assert.truthy(html:find('<span class="fail">MISSING 2</span>', 1, true))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
