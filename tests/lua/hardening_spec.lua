@@ -552,3 +552,41 @@ describe("a kernel engineer's findings: output formats", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings: -a shapes", function()
+  it("refuses -a B, H, Sq, Skv values the build cannot take, naming axis and value, before any run row", function()
+    local dir = H.tmpdir()
+    local s = script(dir, "shape.lua", [[
+      local exp = require "vsalab.experiment"
+      local sweep = require "vsalab.sweep"
+      local sw = sweep.new{axes = {{"Sq", {128}}, {"Skv", {128}}, {"H", {1}}, {"B", {1}}, {"density", {0.5}}},
+        fixed = {D = 16}}
+      exp.args(sw:override(arg), {})
+      exp.run{name = "shape", device = "cpu", sweep = sw, check = "full", seed = 1}
+    ]])
+    local db = dir .. "/s.db"
+    local cases = {
+      {"Sq=100", "argument 'Sq': expected a multiple of 64 in [64, 2^30], got 100"},
+      {"Sq=0", "got 0"}, {"Sq=-64", "got -64"}, {"Sq=64.5", "got 64.5"}, {"Sq=1e15", "got 1e+15"},
+      {"Sq[pow2]=[5:7]", "argument 'Sq': expected a multiple of 64 in [64, 2^30], got 32"},
+      {"Skv=[128,96]", "argument 'Skv': expected a multiple of 64 in [64, 2^30], got 96"},
+      {"H=0", "argument 'H': expected an integer in [1, 65535], got 0"},
+      {"H=1.5", "got 1.5"}, {"H=-1", "got -1"}, {"H=1e9", "got 1000000000"},
+      {"B=0", "argument 'B': expected an integer in [1, 65535], got 0"}, {"B=0.5", "got 0.5"},
+    }
+    for _, c in ipairs(cases) do
+      local rc, _, err = H.vsalab("run --db " .. db .. " " .. s .. " -a '" .. c[1] .. "'")
+      assert.equal(2, rc, c[1] .. "\n" .. err)
+      assert.truthy(err:find(c[2], 1, true), c[1] .. "\n" .. err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    assert.is_nil(io.open(db)) -- no run row, no DB
+    -- A GPU experiment says so before it looks for the GPU.
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/seed_sweep.lua -a Sq=4000")
+    assert.equal(2, rc)
+    assert.truthy(err:find("argument 'Sq': expected a multiple of 64 in [64, 2^30], got 4000", 1, true), err)
+    -- Values in range still run.
+    assert.equal(0, (H.vsalab("run --db " .. db .. " " .. s .. " -a Sq=[64,128] -a B=2 -a H=2")))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
