@@ -49,7 +49,13 @@ local function apply_common(c)
   end
   if c.peers then
     local names = type(c.peers) == "table" and c.peers or {c.peers}
-    for _, n in ipairs(names) do usage.wrap(backends.peer, tostring(n)) end
+    for _, n in ipairs(names) do
+      usage.wrap(backends.peer, tostring(n))
+      -- Asked for by name: a python module it lacks is the user's to
+      -- install, not a warning before a run that times nothing for it.
+      local why = require("vsalab.external").missing_module(tostring(n))
+      if why then usage.error("argument 'peers': " .. why) end
+    end
   end
 end
 

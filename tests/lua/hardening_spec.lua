@@ -590,3 +590,20 @@ describe("a kernel engineer's findings: -a shapes", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings: peers", function()
+  it("refuses peers=numpy when python3 cannot import numpy, naming it and how to install it", function()
+    local dir = H.tmpdir()
+    -- A python3 without numpy, whatever this host has.
+    script(dir, "python3", "#!/bin/sh\nexit 1\n")
+    os.execute("chmod +x " .. dir .. "/python3")
+    local db = dir .. "/p.db"
+    local rc, _, err = H.sh("cd " .. H.root .. " && PATH=" .. dir .. ":$PATH " .. H.exe .. " run --db " .. db
+      .. " experiments/smoke.lua -a density=[0.5] peers=numpy")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("argument 'peers': numpy: python3 cannot import numpy (install it: python3 -m pip install numpy", 1, true), err)
+    assert.falsy(err:find("traceback", 1, true), err)
+    assert.is_nil(io.open(db)) -- before any run row
+    os.execute("rm -rf " .. dir)
+  end)
+end)
