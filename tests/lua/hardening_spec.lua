@@ -607,3 +607,63 @@ describe("a kernel engineer's findings: peers", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings: runs that measure nothing", function()
+  local dir = H.tmpdir()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+  -- Every point out of host memory (logged as skipped), or filtered out.
+  local oom = script(dir, "oom.lua", [[
+    require("vsalab.experiment").run{name = "oom", device = "cpu", check = "full", seed = 1, configs = {
+      {B = 1, H = 4096, Sq = 2^24, D = 256, topk = 1}, {B = 1, H = 4095, Sq = 2^24, D = 256, topk = 1}}}
+  ]])
+  local filtered = script(dir, "filtered.lua", [[
+    local exp = require "vsalab.experiment"
+    local sw = require("vsalab.sweep").new{axes = {{"Sq", {128, 256}}}, fixed = {H = 1, D = 16, density = 0.5},
+      skip = function(p) return "not on this host" end}
+    exp.run{name = "filtered", device = "cpu", sweep = sw, check = "full", seed = 1}
+  ]])
+
+  local function failed_run(db, rc, err, text, rows)
+    assert.equal(1, rc, err)
+    assert.truthy(err:find(text, 1, true), err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local r = d:q("SELECT status, error, ended_at FROM run")[1]
+    local n = d:q("SELECT count(*) AS n FROM result WHERE kernel = 'config'")[1].n
+    d:close()
+    assert.equal("failed", r.status)
+    assert.truthy(r.ended_at)
+    assert.truthy(r.error:find(text, 1, true), r.error)
+    assert.equal(rows, n) -- the skip rows are kept
+  end
+
+  it("exits 1, the run failed with the skip reasons, when every point was skipped", function()
+    local db = dir .. "/o.db"
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. oom)
+    failed_run(db, rc, err, "oom: every point was skipped, nothing was measured: 2 × out of memory", 2)
+    db = dir .. "/f.db"
+    rc, _, err = H.vsalab("run --db " .. db .. " " .. filtered)
+    failed_run(db, rc, err, "filtered: every point was skipped, nothing was measured: "
+      .. "2 × not on this host (filtered by the sweep)", 0)
+    -- Under --devices the coordinator judges the whole run.
+    db = dir .. "/d.db"
+    rc, _, err = H.sh("VSALAB_FAKE_DEVICES=2 " .. H.exe .. " run --devices all --db " .. db .. " " .. oom)
+    failed_run(db, rc, err, "every point was skipped, nothing was measured: 2 × out of memory", 2)
+    -- A shard's slice alone is no verdict on the sweep; a sweep without points is.
+    rc, _, err = H.vsalab("run --shard 0/1 --db " .. dir .. "/s.db " .. oom)
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("every point of this slice was skipped", 1, true), err)
+    rc, _, err = H.vsalab("run --shard 0/2 --db " .. dir .. "/s2.db " .. filtered)
+    assert.equal(1, rc, err)
+  end)
+
+  it("still passes a run that measured some points and skipped others", function()
+    local some = script(dir, "some.lua", [[
+      require("vsalab.experiment").run{name = "some", device = "cpu", check = "full", seed = 1, configs = {
+        {B = 1, H = 4096, Sq = 2^24, D = 256, topk = 1}, {B = 1, H = 1, Sq = 128, D = 16, topk = 1}}}
+    ]])
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/m.db " .. some)
+    assert.equal(0, rc, err)
+    local r = run_row(dir .. "/m.db")
+    assert.equal("finished", r.status)
+  end)
+end)
