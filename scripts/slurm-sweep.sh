@@ -19,7 +19,9 @@
 #                   --sbatch --partition=gpu --sbatch --time=02:00:00
 #   --dry-run       print the two batch scripts and the sbatch commands only
 #   vsalab run options (--seed, --timing, --context, --point-timeout,
-#   --devices) go to every shard; --db, --shard and --sweep-id are set here.
+#   --devices, --device) go to every shard; --db, --shard and --sweep-id are
+#   set here. Every argument is checked before anything is submitted: an
+#   unknown option, a missing value or a missing SCRIPT exits 2.
 #
 # Each task writes its shard DB on the node's local disk ($TMPDIR or /tmp:
 # SQLite's locking is not reliable over a network filesystem) and copies it
@@ -36,20 +38,27 @@ shards=4 out="" vsalab="$here/../build/vsalab" name="" gres="gpu:1" dry=0
 sbatch_args=() run_opts=()
 
 die() { echo "slurm-sweep.sh: $*" >&2; exit 2; }
+# An option's value: there, and not the next option (`--out --shards 8`).
+# (--sbatch's values are sbatch options: they start with '-'.)
+need() { [ $# -ge 2 ] && [[ "$2" != --* ]] || die "$1 needs a value"; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --shards) [ $# -ge 2 ] || die "--shards needs a value"; shards=$2; shift 2 ;;
-    --out) [ $# -ge 2 ] || die "--out needs a value"; out=$2; shift 2 ;;
-    --vsalab) [ $# -ge 2 ] || die "--vsalab needs a value"; vsalab=$2; shift 2 ;;
-    --name) [ $# -ge 2 ] || die "--name needs a value"; name=$2; shift 2 ;;
-    --gres) [ $# -ge 2 ] || die "--gres needs a value"; gres=$2; shift 2 ;;
+    --shards) need "$@"; shards=$2; shift 2 ;;
+    --out) need "$@"; out=$2; shift 2 ;;
+    --vsalab) need "$@"; vsalab=$2; shift 2 ;;
+    --name) need "$@"; name=$2; shift 2 ;;
+    --gres) need "$@"; gres=$2; shift 2 ;;
     --sbatch) [ $# -ge 2 ] || die "--sbatch needs a value"; sbatch_args+=("$2"); shift 2 ;;
     --dry-run) dry=1; shift ;;
     --db|--shard|--sweep-id) die "$1 is set by this script (each shard gets its own DB and slice)" ;;
+    --resume) die "--resume continues one run in one DB: resume a failed shard by hand (README.md)" ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    --*) [ $# -ge 2 ] || die "$1 needs a value"; run_opts+=("$1" "$2"); shift 2 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    # vsalab run's options, passed to every shard.
+    --seed|--timing|--context|--point-timeout|--devices|--device)
+      need "$@"; run_opts+=("$1" "$2"); shift 2 ;;
+    -*) die "unknown option $1 (see --help)" ;;
     *) break ;;
   esac
 done
@@ -58,6 +67,20 @@ done
 script=$1; shift
 [ -f "$script" ] || die "no script $script"
 [ -x "$vsalab" ] || die "no vsalab binary at $vsalab (build it, or give --vsalab PATH)"
+[[ -z "$name" || "$name" =~ ^[^[:space:]]+$ ]] || die "--name expects a name without spaces, got '$name'"
+[[ "$gres" =~ ^[^[:space:]]+$ ]] || die "--gres expects a spec such as gpu:1 or none, got '$gres'"
+# vsalab checks its options' values itself (`run OPTIONS --help` stops at
+# --help after checking those before it): a bad --seed or --timing would
+# otherwise fail every shard on the cluster. Skipped when the binary does
+# not start here (a login node without the CUDA libraries: exit 126/127)
+# or predates run --help.
+if ((${#run_opts[@]})); then
+  set +e
+  why=$("$vsalab" run "${run_opts[@]}" --help 2>&1 >/dev/null)
+  rc=$?
+  set -e
+  [ "$rc" != 2 ] || [[ "$why" == *"unknown option --help"* ]] || die "${why#vsalab: }"
+fi
 abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 script=$(abs "$script")
 vsalab=$(cd "$(dirname "$vsalab")" && pwd)/$(basename "$vsalab")

@@ -20,6 +20,23 @@
 #endif
 #include "git_rev.h" /* generated at build time: VSA_GIT_REV */
 
+/* vsalab's own options of run (and, but for the last three, of repl). */
+#define RUN_OPTIONS \
+    "  --db PATH     results database (default: results.db here)\n" \
+    "  --device N    CUDA device for new tensors (default: 0)\n" \
+    "  --seed N      run seed handed to the script, in [0, 2^48] (default: 1234)\n" \
+    "  --context K=V a key=value pair recorded with the run (repeatable)\n" \
+    "  --resume RUN  continue run RUN (its seed and timing; same script and args):\n" \
+    "                points it already measured are skipped\n" \
+    "  --point-timeout S  give up a sweep point after S seconds (row skipped)\n" \
+    "  --timing MODE hot (back-to-back, default), cold (L2 flushed before each\n" \
+    "                sample) or graph (CUDA-graph replay) for experiments\n" \
+    "  --devices all|0,1,3  one worker process per GPU, sweep points to the\n" \
+    "                first free one (longest first); one run row, rows name their GPU\n" \
+    "  --shard I/N   only the I-th of N slices of the sweep (0 <= I < N), by point\n" \
+    "                hash; 'slurm' takes them from SLURM_ARRAY_TASK_ID/_COUNT\n" \
+    "  --sweep-id ID the logical sweep this run is a part of (shards share it)\n"
+
 static const char usage[] =
     "vsalab — block-sparse attention backward kernels: run, check, measure.\n"
     "\n"
@@ -45,22 +62,9 @@ static const char usage[] =
     "                                         with the same inputs (a new run)\n"
     "  vsalab --version                       print the version\n"
     "  vsalab help                            print this text\n"
+    "  vsalab COMMAND --help                  that command's usage (also -h)\n"
     "\n"
-    "options (before SCRIPT):\n"
-    "  --db PATH     results database (default: results.db here)\n"
-    "  --device N    CUDA device for new tensors (default: 0)\n"
-    "  --seed N      run seed handed to the script, in [0, 2^48] (default: 1234)\n"
-    "  --context K=V a key=value pair recorded with the run (repeatable)\n"
-    "  --resume RUN  continue run RUN (its seed and timing; same script and args):\n"
-    "                points it already measured are skipped\n"
-    "  --point-timeout S  give up a sweep point after S seconds (row skipped)\n"
-    "  --timing MODE hot (back-to-back, default), cold (L2 flushed before each\n"
-    "                sample) or graph (CUDA-graph replay) for experiments\n"
-    "  --devices all|0,1,3  one worker process per GPU, sweep points to the\n"
-    "                first free one (longest first); one run row, rows name their GPU\n"
-    "  --shard I/N   only the I-th of N slices of the sweep (0 <= I < N), by point\n"
-    "                hash; 'slurm' takes them from SLURM_ARRAY_TASK_ID/_COUNT\n"
-    "  --sweep-id ID the logical sweep this run is a part of (shards share it)\n"
+    "options (before SCRIPT):\n" RUN_OPTIONS
     "\n"
     "Backwards: reference (CPU, GPU), sm90a (Hopper, run on an H200) and sm100a\n"
     "(Blackwell: compiled and emulated, never run on Blackwell: no Blackwell GPU\n"
@@ -68,6 +72,23 @@ static const char usage[] =
     "compute capability 9.0 GPU as the test backend sm100a-emu).\n"
     "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
     "The `vsalab` module is loaded as a global; README.md documents its API.\n";
+
+/* `run --help`, `repl --help`: printed on stdout, exit 0. */
+static const char run_usage[] =
+    "usage: vsalab run [options] SCRIPT [args...]\n"
+    "runs a Lua script with the vsalab module loaded; experiments take -a axis\n"
+    "overrides and key=value options after SCRIPT (README.md, \"Command line\").\n"
+    "\n"
+    "options (before SCRIPT):\n" RUN_OPTIONS;
+static const char repl_usage[] =
+    "usage: vsalab repl [options] [-i SCRIPT [args...]]\n"
+    "a Lua prompt with vsalab loaded; -i runs SCRIPT first and keeps its globals\n"
+    "\n"
+    "options: --db, --device, --seed, --context, --resume, --point-timeout and\n"
+    "--timing, as for run (vsalab run --help).\n";
+
+/* parse_options' result when it printed the command's --help: exit 0. */
+#define HELP_SHOWN (-1)
 
 static int
 parse_long(const char *s, long long lo, long long *out)
@@ -157,9 +178,10 @@ parse_shard(const char *val, int *index, int *count)
 }
 
 /* Options shared by run and repl, from argv[*i] on; stops at the first
- * non-option (left in *i). Returns 0, or 2 after printing a usage error. */
+ * non-option (left in *i). Returns 0, 2 after printing a usage error, or
+ * HELP_SHOWN after printing help (--help, -h) on stdout. */
 static int
-parse_options(int argc, char **argv, vsa_host_options *po, int *pi)
+parse_options(int argc, char **argv, vsa_host_options *po, int *pi, const char *help)
 {
   vsa_host_options o = *po;
   int i = *pi;
@@ -168,6 +190,10 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi)
     if (strcmp(opt, "--") == 0) {
       i++;
       break;
+    }
+    if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0) {
+      fputs(help, stdout);
+      return HELP_SHOWN;
     }
     if (strcmp(opt, "--db") && strcmp(opt, "--device") && strcmp(opt, "--seed") &&
         strcmp(opt, "--context") && strcmp(opt, "--resume") &&
@@ -257,8 +283,8 @@ cmd_run(int argc, char **argv)
 {
   vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 1234};
   int i = 0;
-  int rc = parse_options(argc, argv, &o, &i);
-  if (rc) return rc;
+  int rc = parse_options(argc, argv, &o, &i, run_usage);
+  if (rc) return rc == HELP_SHOWN ? 0 : rc;
 
   if (i >= argc) {
     fprintf(stderr, "vsalab: run needs a SCRIPT (see vsalab help)\n");
@@ -287,8 +313,8 @@ cmd_repl(int argc, char **argv)
 {
   vsa_host_options o = {.db_path = "results.db", .device = 0, .seed = 1234};
   int i = 0;
-  int rc = parse_options(argc, argv, &o, &i);
-  if (rc) return rc;
+  int rc = parse_options(argc, argv, &o, &i, repl_usage);
+  if (rc) return rc == HELP_SHOWN ? 0 : rc;
   if (o.devices || o.shard_count || o.sweep_id) {
     fprintf(stderr, "vsalab: --devices, --shard and --sweep-id are options of run, not repl\n");
     return 2;

@@ -1,7 +1,8 @@
 -- cli.lua — what the results commands (runs, show, query, compare, report,
 -- rerun) share: the option loop and the read-only open of the results DB.
 -- Problems are printed to stderr as "vsalab CMD: ..." and the helpers return
--- nil; the commands then exit 2 (README.md, "Exit status").
+-- nil; the commands then exit 2 (README.md, "Exit status"). --help or -h
+-- prints the command's usage on stdout: parse then returns nil, 0 (exit 0).
 local core = require "vsalab.core"
 
 local M = {}
@@ -15,9 +16,12 @@ end
 -- spec.options: flag -> {key = name in opts, check = function(v) -> value
 -- or nil, why} (an option with a value), or {key =, flag = true} (no
 -- value: opts[key] = true); --db (default: --db of the invocation, else results.db) is
--- always taken. spec.usage is printed after a usage error. spec.strict: a
--- word starting with '-' that is no option is an error; otherwise it is
--- positional (query values may be negative numbers).
+-- always taken. spec.usage is printed after a usage error, and with
+-- spec.about (more lines) for --help / -h. spec.strict: a word starting
+-- with '-' that is no option is an error; otherwise it is positional (query
+-- values may be negative numbers), and --help counts before the first one.
+-- Returns opts, positional; or nil, exit status (2 after a usage error, 0
+-- after --help).
 function M.parse(cmd, argv, spec)
   local ctx = package.loaded.vsalab and package.loaded.vsalab.context or {}
   local o, rest = {db = ctx.db_path or "results.db"}, {}
@@ -25,21 +29,24 @@ function M.parse(cmd, argv, spec)
   while i <= #argv do
     local a = argv[i]
     local opt = (spec.options or {})[a] or (a == "--db" and {key = "db"})
-    if opt and opt.flag then
+    if (a == "--help" or a == "-h") and (spec.strict or #rest == 0) then
+      io.stdout:write(spec.usage, "\n", spec.about and (spec.about .. "\n") or "")
+      return nil, 0
+    elseif opt and opt.flag then
       o[opt.key] = true
       i = i + 1
     elseif opt then
       local v = argv[i + 1]
-      if not v then return M.fail(cmd, a .. " needs a value\n" .. spec.usage) end
+      if not v then return M.fail(cmd, a .. " needs a value\n" .. spec.usage), 2 end
       if opt.check then
         local val, why = opt.check(v)
-        if val == nil then return M.fail(cmd, a .. " " .. why) end
+        if val == nil then return M.fail(cmd, a .. " " .. why), 2 end
         v = val
       end
       o[opt.key] = v
       i = i + 2
     elseif spec.strict and a:sub(1, 1) == "-" then
-      return M.fail(cmd, "unknown option " .. a .. "\n" .. spec.usage)
+      return M.fail(cmd, "unknown option " .. a .. "\n" .. spec.usage), 2
     else
       rest[#rest + 1] = a
       i = i + 1

@@ -71,33 +71,51 @@ local function point_key(r, no_kernel)
   return table.concat(parts, "|")
 end
 
--- Resolve a run reference to an id.
+-- What the DB holds, for a reference that matches no run: "the DB has 3
+-- runs, ids 1 to 3" (latest~N counts logical runs: "latest~0 to latest~2").
+local function runs_hint(db, logical)
+  local r = db:q("SELECT count(*) AS n, min(id) AS lo, max(id) AS hi FROM run")[1]
+  if r.n == 0 then return "the DB has no runs" end
+  if logical then
+    local n = shard.has_sweeps(db)
+      and #db:q("SELECT 1 FROM run GROUP BY coalesce(sweep_id, 'run:' || id)") or r.n
+    return string.format("the DB has %d %srun%s: latest~0 to latest~%d", n,
+      n ~= r.n and "logical " or "", n == 1 and "" or "s", n - 1)
+  end
+  return string.format("the DB has %d run%s, ids %d to %d", r.n, r.n == 1 and "" or "s", r.lo, r.hi)
+end
+
+-- Resolve a run reference to an id; raises "no run matches 'REF' (...)",
+-- saying what the DB holds, when none does.
 function M.resolve(db, ref)
-  if ref == "latest" then ref = "latest~0" end
-  local back = ref:match("^latest~(%d+)$")
+  local function none(why, logical)
+    error(string.format("no run matches '%s' (%s%s)", ref, why and (why .. "; ") or "",
+      runs_hint(db, logical)), 0)
+  end
+  local back = (ref == "latest" and "0") or ref:match("^latest~(%d+)$")
   if back then
-    if #back > 15 then error("no run '" .. ref .. "' in this DB", 0) end
+    if #back > 15 then none(nil, true) end
     -- Counted in logical runs: the shards of one sweep are one.
     local r = shard.has_sweeps(db)
       and db:q([[SELECT min(id) AS id FROM run GROUP BY coalesce(sweep_id, 'run:' || id)
                  ORDER BY max(id) DESC LIMIT 1 OFFSET ?]], tonumber(back))
       or db:q("SELECT id FROM run ORDER BY id DESC LIMIT 1 OFFSET ?", tonumber(back))
-    if #r == 0 then error("no run '" .. ref .. "' in this DB", 0) end
+    if #r == 0 then none(nil, true) end
     return r[1].id
   end
   if ref:match("^%d+$") then
-    if #ref > 15 then error("no run with id " .. ref, 0) end
+    if #ref > 15 then none() end
     local r = db:q("SELECT id FROM run WHERE id = ?", tonumber(ref))
-    if #r == 0 then error("no run with id " .. ref, 0) end
+    if #r == 0 then none() end
     return r[1].id
   end
   -- A revision: its latest run. A prefix of several revisions is refused,
   -- and so is one too short to name a revision (git's minimum: 4 hex digits).
   if not ref:match("^%x%x%x%x") then
-    error("no run with id, 'latest' or revision '" .. ref .. "' (a revision prefix needs 4+ hex digits)", 0)
+    none("a run is an id, 'latest', 'latest~N' or a revision prefix of 4+ hex digits")
   end
   local revs = db:q("SELECT DISTINCT git_rev FROM run WHERE substr(git_rev, 1, ?) = ?", #ref, ref)
-  if #revs == 0 then error("no run with id, 'latest' or revision '" .. ref .. "'", 0) end
+  if #revs == 0 then none("no run was built from a revision starting so") end
   if #revs > 1 then
     local names = {}
     for i, v in ipairs(revs) do names[i] = v.git_rev end
@@ -206,7 +224,24 @@ function M.compare(db, a, b, opts)
   return out, gate, matched, host_rows, host_opts.floor_pct
 end
 
+-- Points per verdict, and MISSING: the ONLY A points that gate (all of
+-- them unless --partial), as the summary line and the HTML view count them.
+function M.counts(rows)
+  local c = {SAME = 0, FAST = 0, SLOW = 0, AMBIGUOUS = 0, ["ONLY A"] = 0, ["ONLY B"] = 0, MISSING = 0}
+  for _, r in ipairs(rows) do
+    c[r.verdict] = (c[r.verdict] or 0) + 1
+    if r.flags == "MISSING" then c.MISSING = c.MISSING + 1 end
+  end
+  return c
+end
+
 local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-pct-host P] [--floor-ms MS] [--partial] A[:KERNEL] B[:KERNEL]"
+
+local about = [[
+A is the baseline; a run is an id, latest, latest~N or a revision prefix (4+
+hex digits); RUN:KERNEL takes one kernel's rows. Per point: B/A and a verdict
+(SAME, FAST, SLOW, AMBIGUOUS; NEW FAIL, ERR UP; ONLY A / ONLY B, MISSING).
+Exit 1 on SLOW, NEW FAIL or MISSING (--partial: B may be a subset).]]
 
 -- Entry point of `vsalab compare`: returns the exit status.
 function M.main(argv)
@@ -215,16 +250,20 @@ function M.main(argv)
     if n and n >= 0 then return n end
     return nil, "expects a number >= 0"
   end
-  local o, refs = cli.parse("compare", argv, {usage = usage, strict = true, options = {
+  local o, refs = cli.parse("compare", argv, {usage = usage, strict = true, about = about, options = {
     ["--floor-pct"] = {key = "floor_pct", check = floor},
     ["--floor-ms"] = {key = "floor_ms", check = floor},
     ["--floor-pct-host"] = {key = "floor_pct_host", check = floor},
     ["--partial"] = {key = "partial", flag = true}}})
-  if not o then return 2 end
+  if not o then return refs end
   local opts = {floor_pct = o.floor_pct or M.defaults.floor_pct,
     floor_ms = o.floor_ms or M.defaults.floor_ms, partial = o.partial,
     floor_pct_host = o.floor_pct_host or M.defaults.floor_pct_host}
-  if #refs ~= 2 then io.stderr:write(usage, "\n"); return 2 end
+  if #refs ~= 2 then
+    local got = #refs == 0 and "none" or (#refs .. ": '" .. table.concat(refs, "', '") .. "'")
+    io.stderr:write("vsalab compare: expected two runs, A (the baseline) and B, got ", got, "\n", usage, "\n")
+    return 2
+  end
   local db = cli.open_db("compare", o.db)
   if not db then return 2 end
   local ok2, sa = pcall(M.resolve_side, db, refs[1])
@@ -268,11 +307,10 @@ function M.main(argv)
     {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
     {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
     {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
-  local counts = {}
-  for _, r in ipairs(rows) do counts[r.verdict] = (counts[r.verdict] or 0) + 1 end
-  print(string.format("SAME %d  FAST %d  SLOW %d  AMBIGUOUS %d  ONLY A %d  ONLY B %d",
-    counts.SAME or 0, counts.FAST or 0, counts.SLOW or 0, counts.AMBIGUOUS or 0,
-    counts["ONLY A"] or 0, counts["ONLY B"] or 0))
+  local counts = M.counts(rows)
+  print(string.format("SAME %d  FAST %d  SLOW %d  AMBIGUOUS %d  ONLY A %d  ONLY B %d  MISSING %d",
+    counts.SAME, counts.FAST, counts.SLOW, counts.AMBIGUOUS, counts["ONLY A"], counts["ONLY B"],
+    counts.MISSING))
   if matched == 0 then
     io.stderr:write("vsalab compare: no point of run ", sb.label, " matches run ", sa.label, "\n")
     return 1

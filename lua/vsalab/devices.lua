@@ -363,6 +363,26 @@ function C:stop()
   end
 end
 
+-- Why run run_id measured nothing (no worker logged a backward's row:
+-- every point skipped, filtered out, or without a backward here), as a
+-- one-process run fails then (vsalab.experiment.run); nil when one did.
+local function nothing_measured(run_id)
+  local db = run.current().db
+  local n = db:q([[SELECT count(*) AS n FROM result WHERE run_id = ?
+    AND kernel NOT IN ('config', 'invert', 'gemm_bf16')]], run_id)[1].n
+  if n > 0 then return nil end
+  local order, count = {}, {}
+  for _, r in ipairs(db:q("SELECT note FROM result WHERE run_id = ? AND kernel = 'config' ORDER BY id", run_id)) do
+    local why = tostring(r.note):match("^skipped %((.-)%)") or tostring(r.note)
+    if not count[why] then order[#order + 1] = why; count[why] = 0 end
+    count[why] = count[why] + 1
+  end
+  local t = {}
+  for i, why in ipairs(order) do t[i] = count[why] .. " × " .. why end
+  return "every point was skipped, nothing was measured: " .. (#t > 0 and table.concat(t, "; ")
+    or "no point had a backward to run here, or the sweep had none (see the skip lines above)")
+end
+
 -- Entry point (src/main.c, `run --devices`): argv are the arguments after
 -- `run`. Returns the exit status: 0 when every point ran and every worker
 -- ended well, 1 otherwise, 2 for a GPU list that does not match the host.
@@ -404,6 +424,9 @@ function M.main(argv)
     self:say("warning: the script measured without vsalab.experiment.run, so every worker ran it whole")
   end
   self:status(false, true)
+  if #self.errors == 0 and next(self.plans) then
+    self.errors[#self.errors + 1] = nothing_measured(self.run_id)
+  end
   if #self.errors > 0 then
     local msg = table.concat(self.errors, "\n")
     io.stderr:write("vsalab: ", msg, "\n")

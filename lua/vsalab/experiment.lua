@@ -49,7 +49,13 @@ local function apply_common(c)
   end
   if c.peers then
     local names = type(c.peers) == "table" and c.peers or {c.peers}
-    for _, n in ipairs(names) do usage.wrap(backends.peer, tostring(n)) end
+    for _, n in ipairs(names) do
+      usage.wrap(backends.peer, tostring(n))
+      -- Asked for by name: a python module it lacks is the user's to
+      -- install, not a warning before a run that times nothing for it.
+      local why = require("vsalab.external").missing_module(tostring(n))
+      if why then usage.error("argument 'peers': " .. why) end
+    end
   end
 end
 
@@ -187,18 +193,40 @@ function M.check_point(c)
   return c
 end
 
+-- Why points were skipped, counted in order of first sight: add(why)
+-- counts one; text() -> "4 × timeout after 1 s; 2 × ragged only at 50%
+-- (filtered by the sweep)".
+local function reasons()
+  local order, count = {}, {}
+  return {
+    add = function(why)
+      if not count[why] then order[#order + 1] = why; count[why] = 0 end
+      count[why] = count[why] + 1
+    end,
+    text = function()
+      local t = {}
+      for i, why in ipairs(order) do t[i] = count[why] .. " × " .. why end
+      return table.concat(t, "; ")
+    end,
+  }
+end
+
 function M.run(e)
   local device = e.device or "cuda"
+  local skipped = reasons()
   if e.sweep then
     local desc, pts = e.sweep:describe()
     io.stderr:write(e.name, ": ", desc, "\n")
     e.configs = {}
     for _, p in ipairs(pts) do
-      if p.skipped then io.stderr:write("  skip ", p.hash, ": ", p.skipped, "\n")
+      if p.skipped then
+        io.stderr:write("  skip ", p.hash, ": ", p.skipped, "\n")
+        skipped.add(tostring(p.skipped) .. " (filtered by the sweep)")
       else e.configs[#e.configs + 1] = p end
     end
   end
   for _, c in ipairs(e.configs) do M.check_point(M.normalise_lists(c)) end
+  local planned = #e.configs
   -- --shard I/N: this slice of the points only (lua/vsalab/shard.lua).
   local shard = (package.loaded.vsalab.context or {}).shard
   if shard then
@@ -265,15 +293,28 @@ function M.run(e)
   -- Every point here, or under --devices the ones the coordinator hands
   -- this worker (lua/vsalab/dispatch.lua), longest first.
   local estimate = e.estimate or (e.sweep and e.sweep.estimate)
+  local measured = 0 -- points that logged a backward (or, for a rerun of one, an inversion)
+  local done = 0 -- points this run had measured already (--resume, a rerun's other kernels)
   for i, c in dispatch.each(e.name, e.configs, estimate) do
     if e.only_kernel then c.only_kernel = e.only_kernel end
     -- The timer is armed and disarmed inside the protected call, so a
     -- timeout can only be raised where it is caught.
+    local before, outcome = #rows, nil
     local ok, err = pcall(function()
       if timeout then core.set_point_timeout(timeout) end
-      M.run_config(e, i, c, device, seed, rows, n)
+      outcome = M.run_config(e, i, c, device, seed, rows, n)
       if timeout then core.set_point_timeout(0) end
     end)
+    -- Measured: a backward's row (or the inversion's, for a rerun of
+    -- one), even when the point was given up on after it.
+    local got = false
+    for k = before + 1, #rows do
+      local kernel = rows[k].kernel
+      got = got or (kernel ~= "config" and (kernel ~= "invert" or e.only_kernel == "invert"))
+    end
+    if outcome == "done" then done = done + 1
+    elseif got then measured = measured + 1
+    elseif ok then skipped.add("no backward ran on " .. device .. " (none available for the point)") end
     if timeout then core.set_point_timeout(0) end
     if not ok then
       -- Out of memory or the point timeout: log the point as skipped and go
@@ -299,9 +340,26 @@ function M.run(e)
       r.id = run.log(r)
       rows[#rows + 1] = r
       report.progress(i, n, "skipped (" .. why .. ")")
+      skipped.add(why)
     end
   end
   M.summary(rows, e.anchors, e.gemm)
+  -- Nothing measured: every point skipped (out of memory, the point
+  -- timeout, no backward for it here) or filtered out. Such a run must not
+  -- pass as finished with exit 0: it ends `failed` (exit 1) saying why,
+  -- its skip rows kept. Not judged here in a --devices worker (the
+  -- coordinator judges the whole run) nor in a shard whose own slice came
+  -- up empty or skipped (the others may have measured): only a sweep with
+  -- no point to run fails every shard.
+  if measured == 0 and done == 0 and not run.worker() then
+    local why = planned == 0 and #skipped.text() == 0 and "the experiment has no points" or skipped.text()
+    if not (shard and planned > 0) then
+      error(string.format("%s: every point was skipped, nothing was measured: %s", e.name, why), 0)
+    elseif #e.configs > 0 then
+      io.stderr:write(string.format("%s: shard %d/%d: every point of this slice was skipped (%s); "
+        .. "the other shards may have measured theirs\n", e.name, shard.index, shard.count, why))
+    end
+  end
   return rows
 end
 
@@ -334,6 +392,7 @@ local function timing_opts(base, graph_ok, device)
 end
 
 -- One configuration of run(): build, invert (timed), every backend.
+-- Returns "done" when the run had measured it already.
 function M.run_config(e, i, c, device, seed, rows, n)
   do
     local t0 = os.time()
@@ -350,7 +409,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
     if c.only_kernel == "invert" and not done.invert then todo[#todo + 1] = "invert" end
     if (done.invert or (c.only_kernel and c.only_kernel ~= "invert")) and #todo == 0 then
       report.progress(i, n, "already measured in this run (resume)")
-      return
+      return "done"
     end
     -- The problem is the point itself, less its display label.
     local spec = M.point_of(c)

@@ -247,6 +247,7 @@ M.peers = {
     description = "the CPU reference backward in numpy (protocol test)",
     needs = {"tests/peers/numpy_peer.py"},
     hint = "run from the repository root", python_module = "numpy",
+    install = "python3 -m pip install numpy, or apt-get install python3-numpy",
   },
   ["lua-ref"] = {
     cmd = {"@vsalab", "run", "tests/peers/ref_peer.lua"},
@@ -259,6 +260,28 @@ local function exists(path)
   local f = io.open(path, "rb")
   if f then f:close() return true end
   return false
+end
+
+-- Whether python3 imports module (asked once per module).
+local imports = {}
+local function importable(module)
+  if imports[module] == nil then
+    local rc = os.execute("python3 -c 'import " .. module .. "' >/dev/null 2>&1")
+    imports[module] = rc == 0 or rc == true
+  end
+  return imports[module]
+end
+
+-- Why known peer `name` cannot run on any device here (its python module
+-- is not importable: "numpy: python3 cannot import numpy (install it: ...)"),
+-- or nil. `peers=NAME` asks for it by name, so experiments refuse it then
+-- (a usage error) instead of a run that times nothing for it.
+function M.missing_module(name)
+  local d = M.peers[name]
+  if d and d.python_module and not importable(d.python_module) then
+    return string.format("%s: python3 cannot import %s%s", name, d.python_module,
+      d.install and (" (install it: " .. d.install .. ")") or "")
+  end
 end
 
 -- Register peer `name`; it is unavailable (supported -> false, why) when
@@ -279,7 +302,6 @@ function M.peer(name)
   for _, f in ipairs(d.needs or {}) do
     if not exists(f) then missing = missing or (f .. " is missing: " .. d.hint) end
   end
-  local mod_ok
   return M.external{name = name, cmd = cmd, description = d.description,
     supported = function(device, p)
       if missing then return false, name .. ": " .. missing end
@@ -289,13 +311,8 @@ function M.peer(name)
         for _, x in ipairs(d.D) do ok = ok or x == p.D end
         if not ok then return false, name .. " takes D in {" .. table.concat(d.D, ", ") .. "}" end
       end
-      if d.python_module then
-        if mod_ok == nil then
-          mod_ok = os.execute("python3 -c 'import " .. d.python_module .. "' >/dev/null 2>&1")
-          mod_ok = mod_ok == 0 or mod_ok == true
-        end
-        if not mod_ok then return false, name .. ": python3 cannot import " .. d.python_module end
-      end
+      local why = M.missing_module(name)
+      if why then return false, why end
       return true
     end}
 end

@@ -94,12 +94,12 @@ function M.render(db, a, b, opts)
   local o = {}
   o[#o + 1] = string.format("<h2>Comparison: %s (A, baseline) vs %s (B)</h2>", esc(a.label), esc(b.label))
   o[#o + 1] = '<div class="muted">Per point as <code>vsalab compare</code> matches them: medians, B/A time and the verdict, and each side\'s rel L2 error against the fp64 oracle.</div>'
-  local counts = {}
-  for _, r in ipairs(rows) do counts[r.verdict] = (counts[r.verdict] or 0) + 1 end
-  o[#o + 1] = string.format('<div class="note">%d matching point%s; SAME %d, FAST %d, <span class="%s">SLOW %d</span>, AMBIGUOUS %d, ONLY A %d, ONLY B %d; floors %.3g%% and %.3g ms. %s</div>',
-    matched, matched == 1 and "" or "s", counts.SAME or 0, counts.FAST or 0,
-    (counts.SLOW or 0) > 0 and "fail" or "", counts.SLOW or 0, counts.AMBIGUOUS or 0,
-    counts["ONLY A"] or 0, counts["ONLY B"] or 0, opts.floor_pct or 2, opts.floor_ms or 0.005,
+  local counts = compare.counts(rows)
+  o[#o + 1] = string.format('<div class="note">%d matching point%s; SAME %d, FAST %d, <span class="%s">SLOW %d</span>, AMBIGUOUS %d, ONLY A %d, ONLY B %d, <span class="%s">MISSING %d</span>; floors %.3g%% and %.3g ms. %s</div>',
+    matched, matched == 1 and "" or "s", counts.SAME, counts.FAST,
+    counts.SLOW > 0 and "fail" or "", counts.SLOW, counts.AMBIGUOUS,
+    counts["ONLY A"], counts["ONLY B"], counts.MISSING > 0 and "fail" or "", counts.MISSING,
+    opts.floor_pct or 2, opts.floor_ms or 0.005,
     gate and '<b class="fail">`vsalab compare` would fail this pair (SLOW, NEW FAIL or MISSING).</b>'
       or "`vsalab compare` passes this pair.")
   -- Ratio chart per experiment: one series per kernel, heads, density.

@@ -265,8 +265,10 @@ end
 function M.main(argv)
   local o, refs = cli.parse("report", argv, {strict = true,
     usage = "usage: vsalab report [--db PATH] [-o report.html] [RUN...]",
+    about = "one self-contained HTML file (default run: the latest with timed rows);\n"
+      .. "two sides (RUN or RUN:KERNEL) open with a comparison view",
     options = {["-o"] = {key = "out"}}})
-  if not o then return 2 end
+  if not o then return refs end
   local out = o.out or "report.html"
   local db = cli.open_db("report", o.db)
   if not db then return 2 end

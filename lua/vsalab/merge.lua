@@ -125,6 +125,11 @@ local function merge_one(out, src, in_path, ins)
 end
 
 function M.main(argv)
+  if argv[1] == "--help" or argv[1] == "-h" then
+    print(usage .. "\ncopies every run of the INs, with its rows, into OUT in one transaction;\n"
+      .. "a run already in OUT (same uid) is skipped")
+    return 0
+  end
   if #argv < 2 or argv[1]:sub(1, 1) == "-" then return fail(usage) end
   local out_path = argv[1]
   local inputs = {}

@@ -5,35 +5,54 @@
 --   vsalab query [--db PATH] [--format ...] "SQL" [values...]
 --
 -- The DB is opened read-only. Tables print aligned; csv quotes per RFC 4180;
--- json is an array of row objects; markdown is a pipe table.
+-- json is an array of row objects (`show`: {"run": {...}, "rows": [...]});
+-- markdown is a pipe table. Tables and markdown round numbers to 6
+-- significant digits for the eye; csv and json write them exactly.
 local json = require "vsalab.json"
 local cli = require "vsalab.cli"
 
 local M = {}
 
-local function cell(v)
+-- A number as the shortest of %.15g, %.16g, %.17g that reads back as the
+-- same double: csv is for programs, and 6 digits lost what was measured.
+local function exact(v)
+  for _, f in ipairs{"%.15g", "%.16g"} do
+    local s = string.format(f, v)
+    if tonumber(s) == v then return s end
+  end
+  return string.format("%.17g", v)
+end
+
+local function cell(v, full)
   if v == nil then return "" end
   if type(v) == "number" then
     if v == math.floor(v) and math.abs(v) < 1e15 then return string.format("%d", v) end
-    return string.format("%.6g", v)
+    return full and exact(v) or string.format("%.6g", v)
   end
   return tostring(v)
+end
+
+-- One JSON object per row, written field by field, so keys keep the
+-- SELECT's order.
+local function json_object(r, cols)
+  local f = {}
+  for k, c in ipairs(cols) do
+    f[k] = json.encode(c) .. ":" .. json.encode(r[c] == nil and json.null or r[c])
+  end
+  return "{" .. table.concat(f, ",") .. "}"
+end
+
+local function json_rows(rows, cols)
+  local t = {}
+  for i, r in ipairs(rows) do t[i] = json_object(r, cols) end
+  return "[" .. table.concat(t, ",") .. "]"
 end
 
 -- Print rows (array of tables) with columns cols in one of the formats.
 function M.print_rows(rows, cols, format, out)
   out = out or io.stdout
   if format == "json" then
-    -- Objects written field by field, so keys keep the SELECT's order.
-    local t = {}
-    for i, r in ipairs(rows) do
-      local f = {}
-      for k, c in ipairs(cols) do
-        f[k] = json.encode(c) .. ":" .. json.encode(r[c] == nil and json.null or r[c])
-      end
-      t[i] = "{" .. table.concat(f, ",") .. "}"
-    end
-    out:write("[", table.concat(t, ","), "]\n")
+    out:write(json_rows(rows, cols), "\n")
     return
   end
   if format == "csv" then
@@ -46,7 +65,7 @@ function M.print_rows(rows, cols, format, out)
     out:write(table.concat(head, ","), "\n")
     for _, r in ipairs(rows) do
       local line = {}
-      for i, c in ipairs(cols) do line[i] = q(cell(r[c])) end
+      for i, c in ipairs(cols) do line[i] = q(cell(r[c], true)) end
       out:write(table.concat(line, ","), "\n")
     end
     return
@@ -109,11 +128,19 @@ local usage = {
   show = "usage: vsalab show [--db PATH] [--format ...] RUN",
   query = "usage: vsalab query [--db PATH] [--format ...] \"SQL\" [values...]",
 }
+local about = {
+  runs = "the latest N runs (default 50) of the DB, opened read-only",
+  show = "a run's environment, args and context, then its rows; RUN: an id, latest,\n"
+    .. "latest~N or a revision prefix; --format table, csv (rows only), json or markdown",
+  query = "one read-only SQL statement, ? values bound in order; --format table, csv,\n"
+    .. "json or markdown",
+}
 
 function M.main(argv)
   local cmd = table.remove(argv, 1)
-  local o, rest = cli.parse(cmd, argv, {options = options, usage = usage[cmd] or ""})
-  if not o then return 2 end
+  local o, rest = cli.parse(cmd, argv, {options = options, usage = usage[cmd] or "",
+    about = about[cmd]})
+  if not o then return rest end
   o.format, o.rest = o.format or "table", rest
   local db = cli.open_db(cmd, o.db)
   if not db then return 2 end
@@ -146,7 +173,10 @@ function M.main(argv)
     end
     M.print_rows(rows, cols, o.format)
   elseif cmd == "show" then
-    if #o.rest ~= 1 then return fail(usage.show) end
+    if #o.rest ~= 1 then
+      return fail(string.format("expected one RUN (an id, latest, latest~N or a revision prefix), got %s\n%s",
+        #o.rest == 0 and "none" or (#o.rest .. ": '" .. table.concat(o.rest, "', '") .. "'"), usage.show))
+    end
     local okr, id = pcall(require("vsalab.compare").resolve, db, o.rest[1])
     if not okr then return fail(tostring(id)) end
     local run = db:q("SELECT * FROM run WHERE id = ?", id)[1]
@@ -167,7 +197,26 @@ function M.main(argv)
       .. require("vsalab.compare").lists_sql .. [[ AS lists,
         CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing, mode,
         samples, ms_median, tflops, passed, worst_output, worst_rel_l2, note FROM result_summary WHERE run_id = ? ORDER BY id]], id)
-    M.print_rows(rows, rows.columns, o.format)
+    if o.format == "json" then
+      -- The run's context too (what the table form prints above the rows):
+      -- every run column, its JSON-text columns as JSON values (those an
+      -- older schema has).
+      local runq = db:q("SELECT * FROM run WHERE id = ?", id)
+      local has, sel = {}, {}
+      for _, c in ipairs(runq.columns) do has[c] = true end
+      for _, c in ipairs{"args", "context", "devices"} do
+        if has[c] then sel[#sel + 1] = string.format("CASE WHEN json_valid(%s) THEN json(%s) END AS %s", c, c, c) end
+      end
+      local raw = db:q("SELECT " .. table.concat(sel, ", ") .. " FROM run WHERE id = ?", id)[1]
+      local f = {}
+      for _, c in ipairs(runq.columns) do
+        local v = raw[c] or json.encode(runq[1][c] == nil and json.null or runq[1][c])
+        f[#f + 1] = json.encode(c) .. ":" .. v
+      end
+      io.stdout:write('{"run":{', table.concat(f, ","), '},"rows":', json_rows(rows, rows.columns), "}\n")
+    else
+      M.print_rows(rows, rows.columns, o.format)
+    end
   elseif cmd == "query" then
     if #o.rest < 1 then return fail(usage.query) end
     local sql = table.remove(o.rest, 1)

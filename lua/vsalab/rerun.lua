@@ -13,17 +13,32 @@ local M = {}
 
 function M.main(argv)
   local usage = "usage: vsalab rerun [--db PATH] ROW"
-  local o, rest = cli.parse("rerun", argv, {usage = usage, strict = true})
-  if not o then return 2 end
-  local row_id = #rest == 1 and rest[1]:match("^%d+$") and tonumber(rest[1])
-  if not row_id then io.stderr:write(usage, "\n"); return 2 end
+  local o, rest = cli.parse("rerun", argv, {usage = usage, strict = true,
+    about = "measures result row ROW's point again with the same inputs, as a new run"})
+  if not o then return rest end
+  local row_id = #rest == 1 and rest[1]:match("^%d+$") and #rest[1] <= 15 and tonumber(rest[1])
+  if not row_id then
+    local why = #rest == 0 and "expected a ROW (a result row's id)"
+      or #rest > 1 and string.format("expected one ROW (a result row's id), got %d: '%s'", #rest,
+        table.concat(rest, "', '"))
+      or string.format("'%s' is not a result row id (a positive integer: the id column of "
+        .. "vsalab show RUN)", rest[1])
+    io.stderr:write("vsalab rerun: ", why, "\n", usage, "\n")
+    return 2
+  end
   local db = cli.open_db("rerun", o.db)
   if not db then return 2 end
   local r = db:q([[SELECT r.*, run.seed AS run_seed, run.gpu_name AS gpu_name
                    FROM result r JOIN run ON run.id = r.run_id WHERE r.id = ?]], row_id)[1]
-  local extra = (r and r.extra) and json.decode(r.extra) or {}
+  if not r then
+    local n = db:q("SELECT count(*) AS n, min(id) AS lo, max(id) AS hi FROM result")[1]
+    db:close()
+    io.stderr:write("vsalab rerun: no result row ", row_id, n.n == 0 and " (the DB has no result rows)\n"
+      or string.format(" (the DB has %d result row%s, ids %d to %d)\n", n.n, n.n == 1 and "" or "s", n.lo, n.hi))
+    return 2
+  end
+  local extra = r.extra and json.decode(r.extra) or {}
   db:close()
-  if not r then io.stderr:write("vsalab rerun: no result row ", row_id, "\n"); return 2 end
   if r.kernel == "config" then
     io.stderr:write("vsalab rerun: row ", row_id, " records a skipped point (", tostring(r.note),
       "): nothing was measured; rerun the run with --resume\n")

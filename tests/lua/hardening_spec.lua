@@ -429,3 +429,241 @@ describe("what a new user sees", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings", function()
+  it("prints each command's usage for --help and -h, exit 0, and opens no DB", function()
+    local dir = H.tmpdir()
+    for _, cmd in ipairs{"run", "repl", "compare", "rerun", "report", "query", "show", "runs", "merge"} do
+      for _, h in ipairs{"--help", "-h"} do
+        local rc, out, err = H.sh("cd " .. dir .. " && " .. H.exe .. " " .. cmd .. " " .. h .. " </dev/null")
+        assert.equal(0, rc, cmd .. " " .. h .. "\n" .. err)
+        assert.truthy(out:find("usage: vsalab " .. cmd, 1, true), cmd .. " " .. h .. "\n" .. out)
+        assert.equal("", err, cmd .. " " .. h)
+      end
+    end
+    -- After other options too; run's help names its options.
+    local rc, out = H.vsalab("run --db " .. dir .. "/x.db --seed 3 --help")
+    assert.equal(0, rc)
+    assert.truthy(out:find("--point-timeout", 1, true), out)
+    assert.equal(0, (H.vsalab("compare --db " .. dir .. "/x.db 1 --help")))
+    assert.is_nil(io.open(dir .. "/results.db"))
+    assert.is_nil(io.open(dir .. "/x.db"))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a kernel engineer's findings: run references", function()
+  local dir = H.tmpdir()
+  local db = dir .. "/r.db"
+  local s = script(dir, "log.lua", "vsalab.log{experiment = 't', kernel = 'k', Sq = 64, ms_median = 1}\n")
+  for _ = 1, 3 do assert.equal(0, (H.vsalab("run --db " .. db .. " " .. s))) end
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  local function usage_err(args, text)
+    local rc, out, err = H.vsalab(args)
+    assert.equal(2, rc, args .. "\n" .. err)
+    assert.equal("", out, args)
+    assert.truthy(err:find(text, 1, true), args .. "\n" .. err)
+    assert.falsy(err:find("traceback", 1, true), err)
+  end
+
+  it("says which reference of compare, show or report matches no run, and what the DB has", function()
+    usage_err("compare --db " .. db .. " latest~9 latest",
+      "vsalab compare: no run matches 'latest~9' (the DB has 3 runs: latest~0 to latest~2)")
+    usage_err("compare --db " .. db .. " 1 99", "no run matches '99' (the DB has 3 runs, ids 1 to 3)")
+    usage_err("compare --db " .. db .. " abc 1", "no run matches 'abc' (a run is an id, 'latest'")
+    usage_err("compare --db " .. db .. " 1", "vsalab compare: expected two runs, A (the baseline) and B, got 1: '1'")
+    usage_err("compare --db " .. db, "expected two runs, A (the baseline) and B, got none")
+    usage_err("show --db " .. db .. " 7", "vsalab show: no run matches '7' (the DB has 3 runs, ids 1 to 3)")
+    usage_err("show --db " .. db, "vsalab show: expected one RUN")
+    usage_err("report --db " .. db .. " -o " .. dir .. "/r.html latest~3", "no run matches 'latest~3'")
+  end)
+
+  it("says why rerun cannot take its argument", function()
+    usage_err("rerun --db " .. db .. " abc", "vsalab rerun: 'abc' is not a result row id")
+    usage_err("rerun --db " .. db, "vsalab rerun: expected a ROW")
+    usage_err("rerun --db " .. db .. " 1 2", "expected one ROW (a result row's id), got 2: '1', '2'")
+    usage_err("rerun --db " .. db .. " 99", "no result row 99 (the DB has 3 result rows, ids 1 to 3)")
+  end)
+end)
+
+describe("a kernel engineer's findings: compare", function()
+  it("counts MISSING points in the summary line and the HTML view", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/m.db"
+    local d = vsalab.db_open(db)
+    local function sweep(heads)
+      local id = d:begin_run{script = "s"}
+      for _, h in ipairs(heads) do
+        d:log{run_id = id, experiment = "t", kernel = "k", B = 1, H = h, Sq = 64, ms_median = 1,
+          ms_min = 1, ms_max = 1, mode = "hot", passed = 1}
+      end
+      d:end_run(id, "finished")
+    end
+    sweep{1, 2, 3}
+    sweep{1}
+    d:close()
+    local rc, out = H.vsalab("compare --db " .. db .. " 1 2")
+    assert.equal(1, rc, out)
+    assert.truthy(out:find("ONLY A 2  ONLY B 0  MISSING 2\n", 1, true), out)
+    local rc2, out2 = H.vsalab("compare --db " .. db .. " --partial 1 2")
+    assert.equal(0, rc2, out2)
+    assert.truthy(out2:find("ONLY A 2  ONLY B 0  MISSING 0\n", 1, true), out2)
+    local rc3, out3 = H.vsalab("compare --db " .. db .. " 2 1")
+    assert.equal(0, rc3, out3)
+    assert.truthy(out3:find("ONLY A 0  ONLY B 2  MISSING 0\n", 1, true), out3)
+    assert.equal(0, (H.vsalab("report --db " .. db .. " -o " .. dir .. "/c.html 1 2")))
+    local f = io.open(dir .. "/c.html")
+    local html = f:read("*a")
+    f:close()
+    assert.truthy(html:find('<span class="fail">MISSING 2</span>', 1, true))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a kernel engineer's findings: output formats", function()
+  it("writes csv numbers that read back exactly, and show --format json with the run's context", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/f.db"
+    local d = vsalab.db_open(db)
+    local id = d:begin_run{script = "s.lua", args = '["a=1"]', seed = 7, gpu_name = "NVIDIA H200",
+      driver_version = "13.0", git_rev = "abcdef12", context = '{"k":"v"}'}
+    local ms = 0.1234567890123
+    d:log{run_id = id, experiment = "e", kernel = "k", Sq = 64, ms_median = ms, tflops = 1 / 3}
+    d:end_run(id, "finished")
+    d:close()
+    local rc, out = H.vsalab("query --db " .. db .. " --format csv 'SELECT 0.1 + 0.2 AS x, ms_median FROM result'")
+    assert.equal(0, rc)
+    assert.equal("x,ms_median\n0.30000000000000004,0.1234567890123\n", out)
+    local rc2, out2 = H.vsalab("show --db " .. db .. " --format csv 1")
+    assert.equal(0, rc2)
+    assert.truthy(out2:find(",0.1234567890123,0.3333333333333333,", 1, true), out2)
+    local rc3, out3 = H.vsalab("show --db " .. db .. " --format json 1")
+    assert.equal(0, rc3)
+    local j = vsalab.json.decode(out3)
+    assert.equal("NVIDIA H200", j.run.gpu_name)
+    assert.equal("13.0", j.run.driver_version)
+    assert.equal("abcdef12", j.run.git_rev)
+    assert.equal(7, j.run.seed)
+    assert.same({"a=1"}, j.run.args)
+    assert.same({k = "v"}, j.run.context)
+    assert.equal(1, #j.rows)
+    assert.equal(ms, j.rows[1].ms_median)
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a kernel engineer's findings: -a shapes", function()
+  it("refuses -a B, H, Sq, Skv values the build cannot take, naming axis and value, before any run row", function()
+    local dir = H.tmpdir()
+    local s = script(dir, "shape.lua", [[
+      local exp = require "vsalab.experiment"
+      local sweep = require "vsalab.sweep"
+      local sw = sweep.new{axes = {{"Sq", {128}}, {"Skv", {128}}, {"H", {1}}, {"B", {1}}, {"density", {0.5}}},
+        fixed = {D = 16}}
+      exp.args(sw:override(arg), {})
+      exp.run{name = "shape", device = "cpu", sweep = sw, check = "full", seed = 1}
+    ]])
+    local db = dir .. "/s.db"
+    local cases = {
+      {"Sq=100", "argument 'Sq': expected a multiple of 64 in [64, 2^30], got 100"},
+      {"Sq=0", "got 0"}, {"Sq=-64", "got -64"}, {"Sq=64.5", "got 64.5"}, {"Sq=1e15", "got 1e+15"},
+      {"Sq[pow2]=[5:7]", "argument 'Sq': expected a multiple of 64 in [64, 2^30], got 32"},
+      {"Skv=[128,96]", "argument 'Skv': expected a multiple of 64 in [64, 2^30], got 96"},
+      {"H=0", "argument 'H': expected an integer in [1, 65535], got 0"},
+      {"H=1.5", "got 1.5"}, {"H=-1", "got -1"}, {"H=1e9", "got 1000000000"},
+      {"B=0", "argument 'B': expected an integer in [1, 65535], got 0"}, {"B=0.5", "got 0.5"},
+    }
+    for _, c in ipairs(cases) do
+      local rc, _, err = H.vsalab("run --db " .. db .. " " .. s .. " -a '" .. c[1] .. "'")
+      assert.equal(2, rc, c[1] .. "\n" .. err)
+      assert.truthy(err:find(c[2], 1, true), c[1] .. "\n" .. err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    assert.is_nil(io.open(db)) -- no run row, no DB
+    -- A GPU experiment says so before it looks for the GPU.
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/seed_sweep.lua -a Sq=4000")
+    assert.equal(2, rc)
+    assert.truthy(err:find("argument 'Sq': expected a multiple of 64 in [64, 2^30], got 4000", 1, true), err)
+    -- Values in range still run.
+    assert.equal(0, (H.vsalab("run --db " .. db .. " " .. s .. " -a Sq=[64,128] -a B=2 -a H=2")))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a kernel engineer's findings: peers", function()
+  it("refuses peers=numpy when python3 cannot import numpy, naming it and how to install it", function()
+    local dir = H.tmpdir()
+    -- A python3 without numpy, whatever this host has.
+    script(dir, "python3", "#!/bin/sh\nexit 1\n")
+    os.execute("chmod +x " .. dir .. "/python3")
+    local db = dir .. "/p.db"
+    local rc, _, err = H.sh("cd " .. H.root .. " && PATH=" .. dir .. ":$PATH " .. H.exe .. " run --db " .. db
+      .. " experiments/smoke.lua -a density=[0.5] peers=numpy")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("argument 'peers': numpy: python3 cannot import numpy (install it: python3 -m pip install numpy", 1, true), err)
+    assert.falsy(err:find("traceback", 1, true), err)
+    assert.is_nil(io.open(db)) -- before any run row
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a kernel engineer's findings: runs that measure nothing", function()
+  local dir = H.tmpdir()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+  -- Every point out of host memory (logged as skipped), or filtered out.
+  local oom = script(dir, "oom.lua", [[
+    require("vsalab.experiment").run{name = "oom", device = "cpu", check = "full", seed = 1, configs = {
+      {B = 1, H = 4096, Sq = 2^24, D = 256, topk = 1}, {B = 1, H = 4095, Sq = 2^24, D = 256, topk = 1}}}
+  ]])
+  local filtered = script(dir, "filtered.lua", [[
+    local exp = require "vsalab.experiment"
+    local sw = require("vsalab.sweep").new{axes = {{"Sq", {128, 256}}}, fixed = {H = 1, D = 16, density = 0.5},
+      skip = function(p) return "not on this host" end}
+    exp.run{name = "filtered", device = "cpu", sweep = sw, check = "full", seed = 1}
+  ]])
+
+  local function failed_run(db, rc, err, text, rows)
+    assert.equal(1, rc, err)
+    assert.truthy(err:find(text, 1, true), err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local r = d:q("SELECT status, error, ended_at FROM run")[1]
+    local n = d:q("SELECT count(*) AS n FROM result WHERE kernel = 'config'")[1].n
+    d:close()
+    assert.equal("failed", r.status)
+    assert.truthy(r.ended_at)
+    assert.truthy(r.error:find(text, 1, true), r.error)
+    assert.equal(rows, n) -- the skip rows are kept
+  end
+
+  it("exits 1, the run failed with the skip reasons, when every point was skipped", function()
+    local db = dir .. "/o.db"
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. oom)
+    failed_run(db, rc, err, "oom: every point was skipped, nothing was measured: 2 × out of memory", 2)
+    db = dir .. "/f.db"
+    rc, _, err = H.vsalab("run --db " .. db .. " " .. filtered)
+    failed_run(db, rc, err, "filtered: every point was skipped, nothing was measured: "
+      .. "2 × not on this host (filtered by the sweep)", 0)
+    -- Under --devices the coordinator judges the whole run.
+    db = dir .. "/d.db"
+    rc, _, err = H.sh("VSALAB_FAKE_DEVICES=2 " .. H.exe .. " run --devices all --db " .. db .. " " .. oom)
+    failed_run(db, rc, err, "every point was skipped, nothing was measured: 2 × out of memory", 2)
+    -- A shard's slice alone is no verdict on the sweep; a sweep without points is.
+    rc, _, err = H.vsalab("run --shard 0/1 --db " .. dir .. "/s.db " .. oom)
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("every point of this slice was skipped", 1, true), err)
+    rc, _, err = H.vsalab("run --shard 0/2 --db " .. dir .. "/s2.db " .. filtered)
+    assert.equal(1, rc, err)
+  end)
+
+  it("still passes a run that measured some points and skipped others", function()
+    local some = script(dir, "some.lua", [[
+      require("vsalab.experiment").run{name = "some", device = "cpu", check = "full", seed = 1, configs = {
+        {B = 1, H = 4096, Sq = 2^24, D = 256, topk = 1}, {B = 1, H = 1, Sq = 128, D = 16, topk = 1}}}
+    ]])
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/m.db " .. some)
+    assert.equal(0, rc, err)
+    local r = run_row(dir .. "/m.db")
+    assert.equal("finished", r.status)
+  end)
+end)

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# args_test.sh — scripts/slurm-sweep.sh checks its arguments before it
+# submits anything. No Slurm: a fake sbatch on PATH records its calls (ctest
+# slurm_sweep_args; tests/slurm/slurm_test.sh runs a real Slurm).
+#
+#   tests/slurm/args_test.sh [build/vsalab]
+#
+# Each bad command line must exit 2 with its message and no sbatch call; a
+# good one submits the array and the merge job that waits for it.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+V=${1:-$root/build/vsalab}
+[ -x "$V" ] || { echo "args_test: no vsalab at $V" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir "$tmp/bin"
+cat > "$tmp/bin/sbatch" <<'SH'
+#!/bin/sh
+echo "$*" >> "$SBATCH_LOG"
+echo 4711
+SH
+chmod +x "$tmp/bin/sbatch"
+export SBATCH_LOG=$tmp/sbatch.log PATH=$tmp/bin:$PATH
+sweep=$root/scripts/slurm-sweep.sh
+smoke=$root/experiments/smoke.lua
+failed=0
+fail() { echo "args_test: FAIL: $*" >&2; failed=1; }
+calls() { [ -f "$SBATCH_LOG" ] && wc -l < "$SBATCH_LOG" || echo 0; }
+
+# expect_usage TEXT ARGS...: exit 2, TEXT on stderr, sbatch never called.
+expect_usage() {
+  local text=$1 err rc
+  shift
+  rm -f "$SBATCH_LOG"
+  err=$("$sweep" --vsalab "$V" --out "$tmp/out" "$@" 2>&1 >/dev/null)
+  rc=$?
+  [ "$rc" = 2 ] || fail "slurm-sweep.sh $*: exit $rc, not 2 ($err)"
+  [[ "$err" == *"$text"* ]] || fail "slurm-sweep.sh $*: says '$err', not '$text'"
+  [ "$(calls)" = 0 ] || fail "slurm-sweep.sh $*: called sbatch"
+}
+
+expect_usage "unknown option --bogus" --bogus 1 "$smoke"
+expect_usage "unknown option --bogus" --bogus
+expect_usage "unknown option -x" -x "$smoke"
+expect_usage "--seed needs a value" --seed
+expect_usage "--out needs a value" --out --shards 2 "$smoke"
+expect_usage "--shards needs a value" "--shards"
+expect_usage "--seed expects an integer in [0, 2^48], got 'abc'" --seed abc "$smoke"
+expect_usage "--timing expects hot, cold or graph, got 'warm'" --timing warm "$smoke"
+expect_usage "--shards expects a count" --shards 0 "$smoke"
+expect_usage "--db is set by this script" --db x.db "$smoke"
+expect_usage "no script $tmp/none.lua" "$tmp/none.lua"
+expect_usage "usage: slurm-sweep.sh" --seed 5
+
+# A good command line: the array, then the merge job waiting for it.
+rm -f "$SBATCH_LOG"
+out=$("$sweep" --vsalab "$V" --out "$tmp/good" --gres none --seed 5 --timing cold \
+  --context k=v "$smoke" -a density=[0.5] 2>&1)
+rc=$?
+[ "$rc" = 0 ] || fail "a good command line exited $rc: $out"
+[ "$(calls)" = 2 ] || fail "a good command line made $(calls) sbatch calls, not 2"
+grep -q -- "--dependency=afterok:4711" "$SBATCH_LOG" || fail "no merge job after the array: $(cat "$SBATCH_LOG")"
+grep -q -- "--seed 5 --timing cold --context k=v" "$tmp/good/shard.sbatch" || fail "run options not in shard.sbatch"
+# --dry-run submits nothing.
+rm -f "$SBATCH_LOG"
+"$sweep" --vsalab "$V" --out "$tmp/dry" --dry-run "$smoke" >/dev/null || fail "--dry-run failed"
+[ "$(calls)" = 0 ] || fail "--dry-run called sbatch"
+
+[ "$failed" = 0 ] && echo "args_test: ok"
+exit "$failed"
