@@ -37,7 +37,7 @@ fi
 # headers (the sm100a descriptor tests compare against CuTe's encoders) and
 # cuobjdump (the SASS census; the CUDA 13.0 toolkit here ships none).
 if [ ! -x .deps/py/nvidia/cu13/bin/cuobjdump ] || [ ! -d .deps/py/cutlass_library ]; then
-  echo "setup: installing nvidia-cutlass and nvidia-cuda-cuobjdump into .deps/py (test tools)"
+  echo "setup: installing nvidia-cutlass, nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm into .deps/py (test tools)"
   # Only two tests need them: without the registry the build goes on, and
   # those tests fail naming what is missing.
   python3 -m pip install -q --disable-pip-version-check --no-deps --target .deps/py \

@@ -26,6 +26,12 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:-build/vsalab}
 shift || true
+[ -x "$bin" ] || { echo "run.sh: no vsalab binary at $bin (build it, or pass its path first)" >&2; exit 2; }
+# Every step needs an NVIDIA GPU: say so once instead of failing each step.
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "run.sh: no NVIDIA GPU or driver found (nvidia-smi -L failed): the GPU tests need one; scripts/test.sh runs the CPU tests" >&2
+  exit 2
+fi
 steps=${*:-quick sm100emu specs sanitize invert seed_sweep wan720p modes compare fault devices plugin peers}
 # The ladder binaries sit beside vsalab (pack.sh) or in build/tests.
 tests_bin=$(dirname "$bin")
