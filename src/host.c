@@ -218,12 +218,15 @@ install_modules(lua_State *L)
 }
 
 /* A usage error (vsalab.usage.error: a table with usage = true) is the
- * user's mistake, not a bug: it travels as it is, without a traceback. */
+ * user's mistake, not a bug: it travels as it is, without a traceback.
+ * Read raw: a script's error table may have an __index that raises, and
+ * these run outside any protected call (a raise there is a LuaJIT panic). */
 static int
 is_usage_error(lua_State *L, int idx)
 {
   if (!lua_istable(L, idx)) return 0;
-  lua_getfield(L, idx, "usage");
+  lua_pushliteral(L, "usage");
+  lua_rawget(L, idx < 0 ? idx - 1 : idx);
   int u = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return u;
@@ -234,8 +237,9 @@ static const char *
 error_text(lua_State *L, int idx)
 {
   if (is_usage_error(L, idx)) {
-    lua_getfield(L, idx, "message");
-    const char *m = lua_tostring(L, -1);
+    lua_pushliteral(L, "message");
+    lua_rawget(L, idx < 0 ? idx - 1 : idx);
+    const char *m = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
     lua_pop(L, 1); /* still referenced by the error table */
     return m ? m : "usage error";
   }

@@ -667,3 +667,22 @@ describe("a kernel engineer's findings: runs that measure nothing", function()
     assert.equal("finished", r.status)
   end)
 end)
+
+describe("a breaker's findings: hostile scripts and hosts", function()
+  local dir = H.tmpdir()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("reads a script's usage-error table raw: an __index that raises is no LuaJIT panic", function()
+    local db = dir .. "/panic.db"
+    local s = script(dir, "panic.lua", [[
+      vsalab.log{experiment = 't', kernel = 'k'}
+      error(setmetatable({usage = true}, {__index = function() error("idx") end}))
+    ]])
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
+    assert.equal(2, rc, err)
+    assert.falsy(err:find("PANIC", 1, true), err)
+    local r, n = run_row(db)
+    assert.equal("failed", r.status)
+    assert.equal(1, n)
+  end)
+end)
