@@ -232,6 +232,14 @@ function M.log(row)
   end
   -- The DB layer names itself (db:log: field 'x' ...); the caller called vsalab.log.
   local ok, id = pcall(r.db.log, r.db, t)
+  if not ok and tostring(id):find("database is locked", 1, true) then
+    -- Another writer held the lock past the 5 s busy timeout (a merge into
+    -- this DB, a sqlite3 session): a measured row is worth the minute the
+    -- close waits too, rather than being lost with the run.
+    pcall(r.db.q, r.db, "PRAGMA busy_timeout = 60000")
+    ok, id = pcall(r.db.log, r.db, t)
+    pcall(r.db.q, r.db, "PRAGMA busy_timeout = 5000")
+  end
   if not ok then error((tostring(id):gsub("^db:log: ", "vsalab.log: ")), 2) end
   return id
 end

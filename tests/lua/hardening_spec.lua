@@ -685,4 +685,29 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     assert.equal("failed", r.status)
     assert.equal(1, n)
   end)
+
+  it("waits for another writer's lock to log a measured row, not losing it with the run", function()
+    local db = dir .. "/lock.db"
+    -- The holder takes the write lock for 7 s (past the 5 s busy timeout)
+    -- between two rows.
+    script(dir, "hold.lua", string.format([[
+      local d = vsalab.db_open(%q)
+      d:q("BEGIN IMMEDIATE")
+      io.open(%q, "w"):close()
+      os.execute("sleep 7")
+      d:q("COMMIT")
+      d:close()
+    ]], db, dir .. "/held"))
+    local s = script(dir, "rows.lua", string.format([[
+      vsalab.log{experiment = 't', kernel = 'first'}
+      os.execute(%q)
+      while not io.open(%q) do os.execute("sleep 0.05") end
+      vsalab.log{experiment = 't', kernel = 'second'}
+    ]], H.exe .. " run " .. dir .. "/hold.lua &", dir .. "/held"))
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
+    assert.equal(0, rc, err)
+    local r, n = run_row(db)
+    assert.equal("finished", r.status)
+    assert.equal(2, n)
+  end)
 end)
