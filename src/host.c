@@ -274,13 +274,22 @@ vsa_host_docall(lua_State *L, int nargs, int nres)
   lua_State *prev_state = signal_state;
   signal_state = L;
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
-  for (int i = 0; i < 5; i++) signal(sigs[i], on_signal);
+  /* `nohup vsalab run ...`: a SIGHUP ignored when vsalab started stays
+   * ignored, so the run outlives the terminal as asked. */
+  static int hup_ignored = -1;
+  if (hup_ignored < 0) {
+    struct sigaction old;
+    hup_ignored = sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler == SIG_IGN;
+  }
+  for (int i = 0; i < 5; i++)
+    if (!(sigs[i] == SIGHUP && hup_ignored)) signal(sigs[i], on_signal);
   interrupted = 0;
   int rc = lua_pcall(L, nargs, nres, base);
   /* SIGPIPE stays caught: a write to a closed stdout after the script
    * (the exit flush) must not kill the process before it has said how the
    * run ended. */
-  for (int i = 0; i < 4; i++) signal(sigs[i], SIG_DFL);
+  for (int i = 0; i < 4; i++)
+    if (!(sigs[i] == SIGHUP && hup_ignored)) signal(sigs[i], SIG_DFL);
   lua_sethook(L, NULL, 0, 0); /* an interrupt the script caught: not for the next call */
   signal_state = prev_state;
   lua_remove(L, base);

@@ -710,4 +710,18 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     assert.equal("finished", r.status)
     assert.equal(2, n)
   end)
+
+  it("keeps running under nohup when SIGHUP comes (it was interrupted)", function()
+    local db = dir .. "/nohup.db"
+    local s = script(dir, "nohup.lua", [[
+      vsalab.log{experiment = 't', kernel = 'k'}
+      os.execute("kill -HUP " .. vsalab.context.pid)
+      vsalab.log{experiment = 't', kernel = 'after'}
+    ]])
+    local rc, _, err = H.sh("nohup " .. H.exe .. " run --db " .. db .. " " .. s)
+    assert.equal(0, rc, err)
+    local r, n = run_row(db)
+    assert.equal("finished", r.status)
+    assert.equal(2, n)
+  end)
 end)
