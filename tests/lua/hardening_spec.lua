@@ -724,4 +724,20 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     assert.equal("finished", r.status)
     assert.equal(2, n)
   end)
+
+  it("exits 1 saying so when runs, show or query cannot write stdout (it was a silent 0)", function()
+    local db = dir .. "/out.db"
+    local d = vsalab.db_open(db)
+    d:end_run(d:begin_run{script = "x"}, "finished")
+    d:close()
+    for _, cmd in ipairs{"runs", "show 1", "query 'SELECT 1'"} do
+      local rc, _, err = H.sh("{ " .. H.exe .. " " .. cmd .. " --db " .. db .. " >/dev/full; }")
+      assert.equal(1, rc, cmd .. ": " .. err)
+      assert.truthy(err:find("cannot write standard output: No space left on device", 1, true), err)
+    end
+    local rc, _, err = H.sh("{ " .. H.exe .. " runs --db " .. db .. " >&-; }")
+    assert.equal(1, rc, err)
+    assert.truthy(err:find("cannot write standard output", 1, true), err)
+    assert.equal(0, (H.vsalab("runs --db " .. db)))
+  end)
 end)
