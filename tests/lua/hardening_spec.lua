@@ -740,4 +740,22 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     assert.truthy(err:find("cannot write standard output", 1, true), err)
     assert.equal(0, (H.vsalab("runs --db " .. db)))
   end)
+
+  it("begins no second run for a row a finalizer logs as the state closes", function()
+    local db = dir .. "/gc.db"
+    local s = script(dir, "gc.lua", [[
+      vsalab.log{experiment = 't', kernel = 'k'}
+      keep = newproxy(true)
+      getmetatable(keep).__gc = function() vsalab.log{experiment = 't', kernel = 'at close'} end
+    ]])
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
+    assert.equal(0, rc, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local runs = d:q("SELECT status FROM run")
+    local n = d:q("SELECT count(*) AS n FROM result")[1].n
+    d:close()
+    assert.equal(1, #runs)
+    assert.equal("finished", runs[1].status)
+    assert.equal(1, n)
+  end)
 end)
