@@ -758,4 +758,23 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     assert.equal("finished", runs[1].status)
     assert.equal(1, n)
   end)
+
+  it("refuses report -o a FIFO, a link or a directory (a device such as /dev/null was replaced, a FIFO hung)", function()
+    local db = dir .. "/rep.db"
+    local d = vsalab.db_open(db)
+    d:end_run(d:begin_run{script = "x"}, "finished")
+    d:close()
+    os.execute("mkfifo " .. dir .. "/fifo && mkdir " .. dir .. "/adir && echo '<!DOCTYPE html>' > "
+      .. dir .. "/real.html && ln -s " .. dir .. "/real.html " .. dir .. "/link.html")
+    for name, kind in pairs{fifo = "device, FIFO or socket", adir = "directory", ["link.html"] = "link"} do
+      local rc, _, err = H.sh("timeout 20 " .. H.exe .. " report --db " .. db .. " -o " .. dir .. "/" .. name)
+      assert.equal(2, rc, name .. ": " .. err)
+      assert.truthy(err:find("is a " .. kind .. ", not a regular file", 1, true), err)
+    end
+    local _, kinds = H.sh("stat -c %F " .. dir .. "/fifo " .. dir .. "/link.html")
+    assert.equal("fifo\nsymbolic link\n", kinds)
+    local rc, _, err = H.vsalab("report --db " .. db .. " -o ''")
+    assert.equal(2, rc, err)
+    assert.equal(0, (H.vsalab("report --db " .. db .. " -o " .. dir .. "/real.html")))
+  end)
 end)
