@@ -777,4 +777,12 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     assert.equal(2, rc, err)
     assert.equal(0, (H.vsalab("report --db " .. db .. " -o " .. dir .. "/real.html")))
   end)
+
+  it("refuses an infinite compare floor (every point SAME: a gate that cannot fail)", function()
+    for _, opt in ipairs{"--floor-pct inf", "--floor-pct-host 1e400", "--floor-ms inf"} do
+      local rc, _, err = H.vsalab("compare --db " .. dir .. "/none.db " .. opt .. " 1 2")
+      assert.equal(2, rc, opt .. ": " .. err)
+      assert.truthy(err:find("expects a finite number >= 0", 1, true), err)
+    end
+  end)
 end)
