@@ -21,7 +21,8 @@
 #   vsalab run options (--seed, --timing, --context, --point-timeout,
 #   --devices, --device) go to every shard; --db, --shard and --sweep-id are
 #   set here. Every argument is checked before anything is submitted: an
-#   unknown option, a missing value or a missing SCRIPT exits 2.
+#   unknown option, a missing value, a missing SCRIPT or a DIR (or working
+#   directory) with spaces, quotes, $, `, \ or % exits 2.
 #
 # Each task writes its shard DB on the node's local disk ($TMPDIR or /tmp:
 # SQLite's locking is not reliable over a network filesystem) and copies it
@@ -54,7 +55,7 @@ while [ $# -gt 0 ]; do
     --db|--shard|--sweep-id) die "$1 is set by this script (each shard gets its own DB and slice)" ;;
     --resume) die "--resume continues one run in one DB: resume a failed shard by hand (README.md)" ;;
     --) shift; break ;;
-    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     # vsalab run's options, passed to every shard.
     --seed|--timing|--context|--point-timeout|--devices|--device)
       need "$@"; run_opts+=("$1" "$2"); shift 2 ;;
@@ -86,6 +87,12 @@ script=$(abs "$script")
 vsalab=$(cd "$(dirname "$vsalab")" && pwd)/$(basename "$vsalab")
 [ -n "$out" ] || out="sweep-$(date +%Y%m%d-%H%M%S)"
 out=$(abs "$out")
+# DIR and this directory are written into the batch scripts (#SBATCH lines,
+# double-quoted shell words): a space, quote, $, `, \ or % there would break
+# them on the cluster, after the shards measured, or run as commands.
+plain='^[A-Za-z0-9._/+:@,=~-]+$'
+[[ "$out" =~ $plain ]] || die "--out expects a path of letters, digits and ._/+:@,=~- (the batch scripts carry it), got '$out'"
+[[ "$PWD" =~ $plain ]] || die "run it from a directory whose path has only letters, digits and ._/+:@,=~- (the batch scripts chdir there), not '$PWD'"
 [ -n "$name" ] || name="vsalab-$(basename "$script" .lua)"
 
 # Words quoted for bash, so script arguments survive the batch script.

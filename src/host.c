@@ -218,12 +218,15 @@ install_modules(lua_State *L)
 }
 
 /* A usage error (vsalab.usage.error: a table with usage = true) is the
- * user's mistake, not a bug: it travels as it is, without a traceback. */
+ * user's mistake, not a bug: it travels as it is, without a traceback.
+ * Read raw: a script's error table may have an __index that raises, and
+ * these run outside any protected call (a raise there is a LuaJIT panic). */
 static int
 is_usage_error(lua_State *L, int idx)
 {
   if (!lua_istable(L, idx)) return 0;
-  lua_getfield(L, idx, "usage");
+  lua_pushliteral(L, "usage");
+  lua_rawget(L, idx < 0 ? idx - 1 : idx);
   int u = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return u;
@@ -234,8 +237,9 @@ static const char *
 error_text(lua_State *L, int idx)
 {
   if (is_usage_error(L, idx)) {
-    lua_getfield(L, idx, "message");
-    const char *m = lua_tostring(L, -1);
+    lua_pushliteral(L, "message");
+    lua_rawget(L, idx < 0 ? idx - 1 : idx);
+    const char *m = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
     lua_pop(L, 1); /* still referenced by the error table */
     return m ? m : "usage error";
   }
@@ -270,13 +274,22 @@ vsa_host_docall(lua_State *L, int nargs, int nres)
   lua_State *prev_state = signal_state;
   signal_state = L;
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
-  for (int i = 0; i < 5; i++) signal(sigs[i], on_signal);
+  /* `nohup vsalab run ...`: a SIGHUP ignored when vsalab started stays
+   * ignored, so the run outlives the terminal as asked. */
+  static int hup_ignored = -1;
+  if (hup_ignored < 0) {
+    struct sigaction old;
+    hup_ignored = sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler == SIG_IGN;
+  }
+  for (int i = 0; i < 5; i++)
+    if (!(sigs[i] == SIGHUP && hup_ignored)) signal(sigs[i], on_signal);
   interrupted = 0;
   int rc = lua_pcall(L, nargs, nres, base);
   /* SIGPIPE stays caught: a write to a closed stdout after the script
    * (the exit flush) must not kill the process before it has said how the
    * run ended. */
-  for (int i = 0; i < 4; i++) signal(sigs[i], SIG_DFL);
+  for (int i = 0; i < 4; i++)
+    if (!(sigs[i] == SIGHUP && hup_ignored)) signal(sigs[i], SIG_DFL);
   lua_sethook(L, NULL, 0, 0); /* an interrupt the script caught: not for the next call */
   signal_state = prev_state;
   lua_remove(L, base);

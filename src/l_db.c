@@ -628,6 +628,26 @@ l_same_file(lua_State *L)
   return 1;
 }
 
+/* vsalab.file_type(path) -> 'file', 'directory', 'link', 'other' (a
+ * device, FIFO or socket) or nil when nothing is there; a link is not
+ * followed. Used to keep a report from replacing /dev/null or a link, or
+ * from waiting forever on a FIFO it reads. */
+static int
+l_file_type(lua_State *L)
+{
+  const char *path = luaL_checkstring(L, 1);
+  struct stat st;
+  if (lstat(path, &st) != 0) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushstring(L, S_ISREG(st.st_mode)   ? "file"
+                    : S_ISDIR(st.st_mode) ? "directory"
+                    : S_ISLNK(st.st_mode) ? "link"
+                                          : "other");
+  return 1;
+}
+
 void
 vsa_lua_open_db(lua_State *L)
 {
@@ -647,6 +667,8 @@ vsa_lua_open_db(lua_State *L)
   lua_setfield(L, -2, "db_open");
   lua_pushcfunction(L, l_same_file);
   lua_setfield(L, -2, "same_file");
+  lua_pushcfunction(L, l_file_type);
+  lua_setfield(L, -2, "file_type");
   /* vsalab.db_schema_version: the schema version this build writes. */
   lua_pushinteger(L, VSA_DB_SCHEMA_VERSION);
   lua_setfield(L, -2, "db_schema_version");

@@ -6,6 +6,8 @@
  * Exit status: 0 on success, 1 when the script raised an error (the message
  * and Lua traceback go to stderr), 2 on a usage error.
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -358,6 +360,22 @@ static const lua_command lua_commands[] = {
     {"merge", "vsalab.merge", 0, 0},
     {NULL, NULL, 0, 0}};
 
+/* What runs, show, query, compare... print is their product: a write to
+ * stdout that failed (a full disk, a closed stdout) is exit 1 and said, not
+ * a silent exit 0. A reader gone away (141, EPIPE) stays quiet. */
+static int
+check_stdout(int rc)
+{
+  errno = 0;
+  int flush_failed = fflush(stdout) != 0;
+  int e = errno;
+  if (!flush_failed && !ferror(stdout)) return rc;
+  if (rc == 128 + SIGPIPE || e == EPIPE) return rc;
+  fprintf(stderr, "vsalab: cannot write standard output%s%s\n", e ? ": " : "",
+          e ? strerror(e) : "");
+  return rc ? rc : 1;
+}
+
 static int
 cmd_lua(const lua_command *c, int argc, char **argv)
 {
@@ -373,7 +391,7 @@ cmd_lua(const lua_command *c, int argc, char **argv)
     vsa_host_finish(L, rc == 0 ? "finished" : vsa_host_interrupted() ? "interrupted" : "failed",
                     rc == 0 ? NULL : vsa_host_last_error());
   lua_close(L);
-  return rc;
+  return check_stdout(rc);
 }
 
 int

@@ -73,11 +73,13 @@ push_path(lua_State *L, const char *path, size_t len)
   }
 }
 
-static void
-collect(const char *text)
+/* The candidates for text (a light userdata at 1), under lua_cpcall: a
+ * table's __index along the path may raise (a script's, or a lazy module
+ * that fails to load), and an unprotected raise is a LuaJIT panic. */
+static int
+collect_in(lua_State *L)
 {
-  lua_State *L = completion_state;
-  clear_candidates();
+  const char *text = lua_touserdata(L, 1);
   const char *sep = strrchr(text, '.');
   const char *colon = strrchr(text, ':');
   if (colon && (!sep || colon > sep)) sep = colon;
@@ -133,6 +135,19 @@ collect(const char *text)
     }
   }
   lua_settop(L, top - 1);
+  return 0;
+}
+
+/* Nothing to offer when looking the path up raised. */
+static void
+collect(const char *text)
+{
+  lua_State *L = completion_state;
+  clear_candidates();
+  if (lua_cpcall(L, collect_in, (void *)text) != 0) {
+    lua_pop(L, 1);
+    clear_candidates();
+  }
 }
 
 static char *

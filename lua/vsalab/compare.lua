@@ -247,8 +247,9 @@ Exit 1 on SLOW, NEW FAIL or MISSING (--partial: B may be a subset).]]
 function M.main(argv)
   local function floor(v)
     local n = tonumber(v)
-    if n and n >= 0 then return n end
-    return nil, "expects a number >= 0"
+    -- inf would judge every point SAME: a gate that can never fail.
+    if n and n >= 0 and n < math.huge then return n end
+    return nil, "expects a finite number >= 0"
   end
   local o, refs = cli.parse("compare", argv, {usage = usage, strict = true, about = about, options = {
     ["--floor-pct"] = {key = "floor_pct", check = floor},

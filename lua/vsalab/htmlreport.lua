@@ -270,6 +270,19 @@ function M.main(argv)
     options = {["-o"] = {key = "out"}}})
   if not o then return refs end
   local out = o.out or "report.html"
+  if out == "" then
+    io.stderr:write("vsalab report: -o expects a file name\n")
+    return 2
+  end
+  -- The report is renamed over out: a device (/dev/null, /dev/stdout), a
+  -- FIFO (reading its head would wait forever), a directory or a link
+  -- would be replaced or hang; only a regular file or a new name is taken.
+  local kind = core.file_type(out)
+  if kind and kind ~= "file" then
+    io.stderr:write("vsalab report: -o ", out, " is a ", kind == "other" and "device, FIFO or socket"
+      or kind, ", not a regular file; not overwritten (name a file)\n")
+    return 2
+  end
   local db = cli.open_db("report", o.db)
   if not db then return 2 end
   if #refs == 0 then

@@ -12,6 +12,7 @@ local json = require "vsalab.json"
 
 local M = {}
 local state = nil -- {db=, id=}
+local closed = false -- the run was closed: a later log must not begin another
 
 local function context()
   local v = package.loaded.vsalab
@@ -148,6 +149,9 @@ end
 -- on the new row, false for NULL), or the coordinator's under --devices.
 function M.current(extra)
   if state then return state end
+  -- A finalizer run when the state closes (or code after run_finish)
+  -- would begin a second run row that nothing ever closes.
+  if closed then error("vsalab.log: this invocation's run is already closed", 0) end
   local ctx = context()
   local path = ctx.db_path or "results.db"
   -- A --db that cannot be opened is the user's to fix: a usage error.
@@ -232,6 +236,14 @@ function M.log(row)
   end
   -- The DB layer names itself (db:log: field 'x' ...); the caller called vsalab.log.
   local ok, id = pcall(r.db.log, r.db, t)
+  if not ok and tostring(id):find("database is locked", 1, true) then
+    -- Another writer held the lock past the 5 s busy timeout (a merge into
+    -- this DB, a sqlite3 session): a measured row is worth the minute the
+    -- close waits too, rather than being lost with the run.
+    pcall(r.db.q, r.db, "PRAGMA busy_timeout = 60000")
+    ok, id = pcall(r.db.log, r.db, t)
+    pcall(r.db.q, r.db, "PRAGMA busy_timeout = 5000")
+  end
   if not ok then error((tostring(id):gsub("^db:log: ", "vsalab.log: ")), 2) end
   return id
 end
@@ -253,6 +265,7 @@ function M.finish(status, err)
   end
   pcall(s.db.close, s.db)
   state = nil
+  closed = true
   if not ok then
     error(string.format("run %d could not be closed as '%s' (%s): it stays 'running' in %s; "
       .. "close it later with: sqlite3 %s \"UPDATE run SET status = '%s', ended_at = "

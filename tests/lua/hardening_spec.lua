@@ -667,3 +667,122 @@ describe("a kernel engineer's findings: runs that measure nothing", function()
     assert.equal("finished", r.status)
   end)
 end)
+
+describe("a breaker's findings: hostile scripts and hosts", function()
+  local dir = H.tmpdir()
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  it("reads a script's usage-error table raw: an __index that raises is no LuaJIT panic", function()
+    local db = dir .. "/panic.db"
+    local s = script(dir, "panic.lua", [[
+      vsalab.log{experiment = 't', kernel = 'k'}
+      error(setmetatable({usage = true}, {__index = function() error("idx") end}))
+    ]])
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
+    assert.equal(2, rc, err)
+    assert.falsy(err:find("PANIC", 1, true), err)
+    local r, n = run_row(db)
+    assert.equal("failed", r.status)
+    assert.equal(1, n)
+  end)
+
+  it("waits for another writer's lock to log a measured row, not losing it with the run", function()
+    local db = dir .. "/lock.db"
+    -- The holder takes the write lock for 7 s (past the 5 s busy timeout)
+    -- between two rows.
+    script(dir, "hold.lua", string.format([[
+      local d = vsalab.db_open(%q)
+      d:q("BEGIN IMMEDIATE")
+      io.open(%q, "w"):close()
+      os.execute("sleep 7")
+      d:q("COMMIT")
+      d:close()
+    ]], db, dir .. "/held"))
+    local s = script(dir, "rows.lua", string.format([[
+      vsalab.log{experiment = 't', kernel = 'first'}
+      os.execute(%q)
+      while not io.open(%q) do os.execute("sleep 0.05") end
+      vsalab.log{experiment = 't', kernel = 'second'}
+    ]], H.exe .. " run " .. dir .. "/hold.lua &", dir .. "/held"))
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
+    assert.equal(0, rc, err)
+    local r, n = run_row(db)
+    assert.equal("finished", r.status)
+    assert.equal(2, n)
+  end)
+
+  it("keeps running under nohup when SIGHUP comes (it was interrupted)", function()
+    local db = dir .. "/nohup.db"
+    local s = script(dir, "nohup.lua", [[
+      vsalab.log{experiment = 't', kernel = 'k'}
+      os.execute("kill -HUP " .. vsalab.context.pid)
+      vsalab.log{experiment = 't', kernel = 'after'}
+    ]])
+    local rc, _, err = H.sh("nohup " .. H.exe .. " run --db " .. db .. " " .. s)
+    assert.equal(0, rc, err)
+    local r, n = run_row(db)
+    assert.equal("finished", r.status)
+    assert.equal(2, n)
+  end)
+
+  it("exits 1 saying so when runs, show or query cannot write stdout (it was a silent 0)", function()
+    local db = dir .. "/out.db"
+    local d = vsalab.db_open(db)
+    d:end_run(d:begin_run{script = "x"}, "finished")
+    d:close()
+    for _, cmd in ipairs{"runs", "show 1", "query 'SELECT 1'"} do
+      local rc, _, err = H.sh("{ " .. H.exe .. " " .. cmd .. " --db " .. db .. " >/dev/full; }")
+      assert.equal(1, rc, cmd .. ": " .. err)
+      assert.truthy(err:find("cannot write standard output: No space left on device", 1, true), err)
+    end
+    local rc, _, err = H.sh("{ " .. H.exe .. " runs --db " .. db .. " >&-; }")
+    assert.equal(1, rc, err)
+    assert.truthy(err:find("cannot write standard output", 1, true), err)
+    assert.equal(0, (H.vsalab("runs --db " .. db)))
+  end)
+
+  it("begins no second run for a row a finalizer logs as the state closes", function()
+    local db = dir .. "/gc.db"
+    local s = script(dir, "gc.lua", [[
+      vsalab.log{experiment = 't', kernel = 'k'}
+      keep = newproxy(true)
+      getmetatable(keep).__gc = function() vsalab.log{experiment = 't', kernel = 'at close'} end
+    ]])
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
+    assert.equal(0, rc, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local runs = d:q("SELECT status FROM run")
+    local n = d:q("SELECT count(*) AS n FROM result")[1].n
+    d:close()
+    assert.equal(1, #runs)
+    assert.equal("finished", runs[1].status)
+    assert.equal(1, n)
+  end)
+
+  it("refuses report -o a FIFO, a link or a directory (a device such as /dev/null was replaced, a FIFO hung)", function()
+    local db = dir .. "/rep.db"
+    local d = vsalab.db_open(db)
+    d:end_run(d:begin_run{script = "x"}, "finished")
+    d:close()
+    os.execute("mkfifo " .. dir .. "/fifo && mkdir " .. dir .. "/adir && echo '<!DOCTYPE html>' > "
+      .. dir .. "/real.html && ln -s " .. dir .. "/real.html " .. dir .. "/link.html")
+    for name, kind in pairs{fifo = "device, FIFO or socket", adir = "directory", ["link.html"] = "link"} do
+      local rc, _, err = H.sh("timeout 20 " .. H.exe .. " report --db " .. db .. " -o " .. dir .. "/" .. name)
+      assert.equal(2, rc, name .. ": " .. err)
+      assert.truthy(err:find("is a " .. kind .. ", not a regular file", 1, true), err)
+    end
+    local _, kinds = H.sh("stat -c %F " .. dir .. "/fifo " .. dir .. "/link.html")
+    assert.equal("fifo\nsymbolic link\n", kinds)
+    local rc, _, err = H.vsalab("report --db " .. db .. " -o ''")
+    assert.equal(2, rc, err)
+    assert.equal(0, (H.vsalab("report --db " .. db .. " -o " .. dir .. "/real.html")))
+  end)
+
+  it("refuses an infinite compare floor (every point SAME: a gate that cannot fail)", function()
+    for _, opt in ipairs{"--floor-pct inf", "--floor-pct-host 1e400", "--floor-ms inf"} do
+      local rc, _, err = H.vsalab("compare --db " .. dir .. "/none.db " .. opt .. " 1 2")
+      assert.equal(2, rc, opt .. ": " .. err)
+      assert.truthy(err:find("expects a finite number >= 0", 1, true), err)
+    end
+  end)
+end)

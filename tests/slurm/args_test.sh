@@ -11,6 +11,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 V=${1:-$root/build/vsalab}
 [ -x "$V" ] || { echo "args_test: no vsalab at $V" >&2; exit 1; }
+V=$(cd "$(dirname "$V")" && pwd)/$(basename "$V")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/bin"
@@ -51,6 +52,13 @@ expect_usage "--shards expects a count" --shards 0 "$smoke"
 expect_usage "--db is set by this script" --db x.db "$smoke"
 expect_usage "no script $tmp/none.lua" "$tmp/none.lua"
 expect_usage "usage: slurm-sweep.sh" --seed 5
+# DIR and the working directory go into the batch scripts: nothing there
+# may break them or run as a command.
+expect_usage "--out expects a path of letters" --out "$tmp/my results" "$smoke"
+expect_usage "--out expects a path of letters" --out "$tmp/x\"\$(touch $tmp/pwned)\"" "$smoke"
+[ ! -e "$tmp/pwned" ] || fail "an --out with \$(...) ran a command"
+mkdir -p "$tmp/a dir"
+(cd "$tmp/a dir" && expect_usage "run it from a directory whose path" "$smoke"; exit "$failed") || failed=1
 
 # A good command line: the array, then the merge job waiting for it.
 rm -f "$SBATCH_LOG"
