@@ -21,8 +21,9 @@
 #   vsalab run options (--seed, --timing, --context, --point-timeout,
 #   --devices, --device) go to every shard; --db, --shard and --sweep-id are
 #   set here. Every argument is checked before anything is submitted: an
-#   unknown option, a missing value, a missing SCRIPT or a DIR (or working
-#   directory) with spaces, quotes, $, `, \ or % exits 2.
+#   unknown option, a missing value, a missing SCRIPT, a DIR (or working
+#   directory) with spaces, quotes, $, `, \ or %, or a script argument
+#   that `vsalab run --check` refuses (-a, kernels=...) exits 2.
 #
 # Each task writes its shard DB on the node's local disk ($TMPDIR or /tmp:
 # SQLite's locking is not reliable over a network filesystem) and copies it
@@ -70,18 +71,23 @@ script=$1; shift
 [ -x "$vsalab" ] || die "no vsalab binary at $vsalab (build it, or give --vsalab PATH)"
 [[ -z "$name" || "$name" =~ ^[^[:space:]]+$ ]] || die "--name expects a name without spaces, got '$name'"
 [[ "$gres" =~ ^[^[:space:]]+$ ]] || die "--gres expects a spec such as gpu:1 or none, got '$gres'"
-# vsalab checks its options' values itself (`run OPTIONS --help` stops at
-# --help after checking those before it): a bad --seed or --timing would
-# otherwise fail every shard on the cluster. Skipped when the binary does
-# not start here (a login node without the CUDA libraries: exit 126/127)
-# or predates run --help.
-if ((${#run_opts[@]})); then
-  set +e
-  why=$("$vsalab" run "${run_opts[@]}" --help 2>&1 >/dev/null)
-  rc=$?
-  set -e
-  [ "$rc" != 2 ] || [[ "$why" == *"unknown option --help"* ]] || die "${why#vsalab: }"
-fi
+# The whole command is checked here before anything is submitted (`vsalab
+# run --check`: the options' values, then the experiment's arguments and
+# points, stopping before it needs a GPU, measures or opens a DB): a typo
+# in -a or kernels= would otherwise fail every shard on the cluster. A
+# script that fails on this node for another reason (exit 1: it needs the
+# GPU before its experiment starts) is only warned about; the check is
+# skipped when the binary does not start here (a login node without the
+# CUDA libraries: exit 126/127) or predates --check.
+set +e
+why=$("$vsalab" run --check ${run_opts[@]+"${run_opts[@]}"} "$script" "$@" 2>&1 >/dev/null)
+rc=$?
+set -e
+case "$rc" in
+  0|126|127) ;;
+  2) [[ "$why" == *"unknown option --check"* ]] || die "$(tail -1 <<< "$why" | sed 's/^vsalab: //')" ;;
+  *) echo "slurm-sweep.sh: warning: could not check $script's arguments here (vsalab run --check, exit $rc): $(tail -1 <<< "$why")" >&2 ;;
+esac
 abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 script=$(abs "$script")
 vsalab=$(cd "$(dirname "$vsalab")" && pwd)/$(basename "$vsalab")

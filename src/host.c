@@ -378,6 +378,10 @@ setup(lua_State *L)
     lua_pushnumber(L, o->point_timeout);
     lua_setfield(L, -2, "point_timeout");
   }
+  if (o->check) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "check");
+  }
   lua_pushinteger(L, (lua_Integer)getpid());
   lua_setfield(L, -2, "pid");
   /* When the invocation started (UTC, SQLite's format): the run row begins

@@ -20,6 +20,7 @@ typedef struct {
   int shard_index;      /* --shard I/N: run the I-th of N slices (shard_count 0: all) */
   int shard_count;
   const char *sweep_id; /* --sweep-id: the logical sweep this run belongs to */
+  int check;            /* --check: experiments validate their arguments and stop */
   const char *script;   /* script path, or NULL */
   int argc;             /* script arguments */
   char **argv;

@@ -26,7 +26,7 @@
 #define RUN_OPTIONS \
     "  --db PATH     results database (default: results.db here)\n" \
     "  --device N    CUDA device for new tensors (default: 0)\n" \
-    "  --seed N      run seed handed to the script, in [0, 2^48] (default: 1234)\n" \
+    "  --seed N      run seed handed to the script, in [0, 2^48) (default: 1234)\n" \
     "  --context K=V a key=value pair recorded with the run (repeatable)\n" \
     "  --resume RUN  continue run RUN (its seed and timing; same script and args):\n" \
     "                points it already measured are skipped\n" \
@@ -37,7 +37,10 @@
     "                first free one (longest first); one run row, rows name their GPU\n" \
     "  --shard I/N   only the I-th of N slices of the sweep (0 <= I < N), by point\n" \
     "                hash; 'slurm' takes them from SLURM_ARRAY_TASK_ID/_COUNT\n" \
-    "  --sweep-id ID the logical sweep this run is a part of (shards share it)\n"
+    "  --sweep-id ID the logical sweep this run is a part of (shards share it)\n" \
+    "  --check       check the script's arguments and stop (run only): an\n" \
+    "                experiment plans its points and exits 0 before it needs a\n" \
+    "                GPU, measures or writes the DB; a bad argument exits 2\n"
 
 static const char usage[] =
     "vsalab — block-sparse attention backward kernels: run, check, measure.\n"
@@ -197,6 +200,10 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi, const char *
       fputs(help, stdout);
       return HELP_SHOWN;
     }
+    if (strcmp(opt, "--check") == 0) { /* the one option without a value */
+      o.check = 1;
+      continue;
+    }
     if (strcmp(opt, "--db") && strcmp(opt, "--device") && strcmp(opt, "--seed") &&
         strcmp(opt, "--context") && strcmp(opt, "--resume") &&
         strcmp(opt, "--point-timeout") && strcmp(opt, "--timing") &&
@@ -267,8 +274,8 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi, const char *
       o.device = (int)n;
     } else if (strcmp(opt, "--seed") == 0) {
       /* Tensor seeds derive as 16*seed + k: keep them exact in a double. */
-      if (parse_long(val, 0, &n) != 0 || n > (1LL << 48)) {
-        fprintf(stderr, "vsalab: --seed expects an integer in [0, 2^48], got '%s'\n", val);
+      if (parse_long(val, 0, &n) != 0 || n >= (1LL << 48)) {
+        fprintf(stderr, "vsalab: --seed expects an integer in [0, 2^48), got '%s'\n", val);
         return 2;
       }
       o.seed = n;
@@ -299,6 +306,10 @@ cmd_run(int argc, char **argv)
     fprintf(stderr, "vsalab: --devices does not take --resume (resume on one GPU with --device)\n");
     return 2;
   }
+  if (o.check && (o.devices || o.resume)) {
+    fprintf(stderr, "vsalab: --check takes neither --devices nor --resume (check the plain command)\n");
+    return 2;
+  }
   lua_State *L = vsa_host_new(&o);
   if (!L) return 1;
   /* --devices: this process coordinates one worker process per GPU, each
@@ -317,8 +328,8 @@ cmd_repl(int argc, char **argv)
   int i = 0;
   int rc = parse_options(argc, argv, &o, &i, repl_usage);
   if (rc) return rc == HELP_SHOWN ? 0 : rc;
-  if (o.devices || o.shard_count || o.sweep_id) {
-    fprintf(stderr, "vsalab: --devices, --shard and --sweep-id are options of run, not repl\n");
+  if (o.devices || o.shard_count || o.sweep_id || o.check) {
+    fprintf(stderr, "vsalab: --devices, --shard, --sweep-id and --check are options of run, not repl\n");
     return 2;
   }
   if (i < argc && strcmp(argv[i], "-i") != 0) {

@@ -152,9 +152,24 @@ function M.kernel_set(device, spec, with_reference)
   return set
 end
 
+-- vsalab run --check: the arguments checked out; end the process with exit
+-- 0 before anything needs the machine (a GPU), measures or opens the DB.
+-- What slurm-sweep.sh runs on the login node before it submits anything.
+local function check_done(name, what)
+  io.stderr:write(name, ": --check: the arguments check out (", what, "); nothing was run\n")
+  io.stderr:flush()
+  os.exit(0)
+end
+
+local function checking()
+  return (package.loaded.vsalab.context or {}).check
+end
+
 -- Stop (a usage error: exit 2, no traceback) unless a CUDA device is here:
--- "wan720p needs a CUDA device: no NVIDIA GPU or driver found".
+-- "wan720p needs a CUDA device: no NVIDIA GPU or driver found". Under
+-- --check the script's arguments were read by now: it stops there, exit 0.
 function M.require_gpu(name)
+  if checking() then check_done(name, "stopped before its GPU work") end
   local ok, why = core.cuda_available()
   if not ok then
     usage.error(name .. " needs a CUDA device: " .. tostring(why):gsub("^no CUDA device: ", ""))
@@ -234,6 +249,9 @@ function M.run(e)
     e.configs = require("vsalab.shard").select(shard, e.configs)
     io.stderr:write(string.format("%s: shard %d/%d: %d of %d points\n", e.name, shard.index,
       shard.count, #e.configs, all))
+  end
+  if checking() then
+    check_done(e.name, string.format("%d point%s to run", #e.configs, #e.configs == 1 and "" or "s"))
   end
   if device ~= "cpu" then
     M.require_gpu(e.name)

@@ -786,3 +786,46 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     end
   end)
 end)
+
+describe("a new user's findings: run --check", function()
+  it("checks the command and stops before the GPU, any measurement or the DB", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/c.db"
+    local exp = H.root .. "/experiments/"
+    local rc, _, err = H.vsalab("run --check --db " .. db .. " " .. exp .. "smoke.lua")
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("smoke: --check: the arguments check out (4 points to run); nothing was run", 1, true), err)
+    -- GPU experiments plan their points here too (no GPU on CI), a shard its slice.
+    rc, _, err = H.vsalab("run --check --db " .. db .. " --shard 1/2 " .. exp .. "seed_sweep.lua")
+    assert.equal(0, rc, err)
+    local n = err:match("shard 1/2: (%d+) of 6 points")
+    assert.truthy(n and err:find("check out (" .. n .. " point", 1, true), err)
+    rc, _, err = H.vsalab("run --check --db " .. db .. " " .. exp .. "invert_bench.lua")
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("stopped before its GPU work", 1, true), err)
+    -- A bad argument is the usage error the real run would give.
+    for _, c in ipairs{
+      {"smoke.lua -a foo=1", "sweep: no axis 'foo'"},
+      {"seed_sweep.lua -a Sq=100", "argument 'Sq': expected a multiple of 64"},
+      {"seed_sweep.lua kernels=nope", "argument 'kernels': no backward 'nope'"},
+      {"wan720p.lua -a density=2", "argument 'density': expected a number in (0, 1]"},
+    } do
+      rc, _, err = H.vsalab("run --check --db " .. db .. " " .. exp .. c[1])
+      assert.equal(2, rc, c[1] .. ": " .. err)
+      assert.truthy(err:find(c[2], 1, true), err)
+    end
+    assert.is_nil(io.open(db)) -- nothing was opened or written
+    rc, _, err = H.vsalab("run --check --resume 1 --db " .. db .. " " .. exp .. "smoke.lua")
+    assert.equal(2, rc, err)
+    rc, _, err = H.vsalab("repl --check")
+    assert.equal(2, rc, err)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("takes --seed in [0, 2^48), the range problem.build takes", function()
+    local rc, _, err = H.vsalab("run --check --seed 281474976710656 " .. H.root .. "/experiments/smoke.lua")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("--seed expects an integer in [0, 2^48)", 1, true), err)
+    assert.equal(0, (H.vsalab("run --check --seed 281474976710655 " .. H.root .. "/experiments/smoke.lua")))
+  end)
+end)

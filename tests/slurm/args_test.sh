@@ -46,12 +46,16 @@ expect_usage "unknown option -x" -x "$smoke"
 expect_usage "--seed needs a value" --seed
 expect_usage "--out needs a value" --out --shards 2 "$smoke"
 expect_usage "--shards needs a value" "--shards"
-expect_usage "--seed expects an integer in [0, 2^48], got 'abc'" --seed abc "$smoke"
+expect_usage "--seed expects an integer in [0, 2^48), got 'abc'" --seed abc "$smoke"
 expect_usage "--timing expects hot, cold or graph, got 'warm'" --timing warm "$smoke"
 expect_usage "--shards expects a count" --shards 0 "$smoke"
 expect_usage "--db is set by this script" --db x.db "$smoke"
 expect_usage "no script $tmp/none.lua" "$tmp/none.lua"
 expect_usage "usage: slurm-sweep.sh" --seed 5
+# The script's own arguments, checked by vsalab run --check on this node.
+expect_usage "sweep: no axis 'foo'" "$smoke" -a foo=1
+expect_usage "argument 'Sq': expected a multiple of 64" "$root/experiments/seed_sweep.lua" -a Sq=100
+expect_usage "argument 'kernels': no backward 'nope'" "$root/experiments/seed_sweep.lua" kernels=nope
 # DIR and the working directory go into the batch scripts: nothing there
 # may break them or run as a command.
 expect_usage "--out expects a path of letters" --out "$tmp/my results" "$smoke"
