@@ -222,21 +222,36 @@ install_modules(lua_State *L)
  * Read raw: a script's error table may have an __index that raises, and
  * these run outside any protected call (a raise there is a LuaJIT panic). */
 static int
-is_usage_error(lua_State *L, int idx)
+raw_flag(lua_State *L, int idx, const char *key)
 {
   if (!lua_istable(L, idx)) return 0;
-  lua_pushliteral(L, "usage");
+  lua_pushstring(L, key);
   lua_rawget(L, idx < 0 ? idx - 1 : idx);
   int u = lua_toboolean(L, -1);
   lua_pop(L, 1);
   return u;
 }
 
-/* The message of the error at idx (a usage error's text, or the string). */
+static int
+is_usage_error(lua_State *L, int idx)
+{
+  return raw_flag(L, idx, "usage");
+}
+
+/* vsalab.usage.fail's error (plain = true): a runtime failure printed
+ * without a traceback, exit 1 (an experiment that measured nothing). */
+static int
+is_plain_error(lua_State *L, int idx)
+{
+  return raw_flag(L, idx, "plain");
+}
+
+/* The message of the error at idx (a usage or plain error's text, or the
+ * string). */
 static const char *
 error_text(lua_State *L, int idx)
 {
-  if (is_usage_error(L, idx)) {
+  if (is_usage_error(L, idx) || is_plain_error(L, idx)) {
     lua_pushliteral(L, "message");
     lua_rawget(L, idx < 0 ? idx - 1 : idx);
     const char *m = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
@@ -250,7 +265,7 @@ error_text(lua_State *L, int idx)
 static int
 traceback(lua_State *L)
 {
-  if (is_usage_error(L, 1)) return 1;
+  if (is_usage_error(L, 1) || is_plain_error(L, 1)) return 1;
   const char *msg = lua_tostring(L, 1);
   if (!msg) {
     if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)

@@ -231,6 +231,10 @@ function M.run(e)
   local skipped = reasons()
   if e.sweep then
     local desc, pts = e.sweep:describe()
+    -- A bad -a value is refused before the plan is printed.
+    for _, p in ipairs(pts) do
+      if not p.skipped then M.check_point(M.normalise_lists(p)) end
+    end
     io.stderr:write(e.name, ": ", desc, "\n")
     e.configs = {}
     for _, p in ipairs(pts) do
@@ -372,7 +376,7 @@ function M.run(e)
   if measured == 0 and done == 0 and not run.worker() then
     local why = planned == 0 and #skipped.text() == 0 and "the experiment has no points" or skipped.text()
     if not (shard and planned > 0) then
-      error(string.format("%s: every point was skipped, nothing was measured: %s", e.name, why), 0)
+      usage.fail(string.format("%s: every point was skipped, nothing was measured: %s", e.name, why))
     elseif #e.configs > 0 then
       io.stderr:write(string.format("%s: shard %d/%d: every point of this slice was skipped (%s); "
         .. "the other shards may have measured theirs\n", e.name, shard.index, shard.count, why))

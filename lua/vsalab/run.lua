@@ -95,7 +95,8 @@ function M.adopt_resume()
   local ctx = context()
   if not ctx.resume then return end
   local path = ctx.db_path or "results.db"
-  local db = core.db_open(path, {readonly = true})
+  local okdb, db = pcall(core.db_open, path, {readonly = true})
+  if not okdb then error("--resume: " .. tostring(db):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
   local ok, r = pcall(db.q, db, [[SELECT id, script, seed, args, status, pid, host,
     json_extract(context, '$.timing') AS timing FROM run WHERE id = ?]], ctx.resume)
   db:close()

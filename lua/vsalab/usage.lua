@@ -18,6 +18,14 @@ function M.error(message)
   error(setmetatable({usage = true, message = tostring(message)}, mt), 0)
 end
 
+-- usage.fail(message): a runtime failure that is the user's to read, not a
+-- bug in a script (an experiment that measured nothing): raises {plain =
+-- true, message = text}; the host prints the message without a traceback
+-- and exits 1.
+function M.fail(message)
+  error(setmetatable({plain = true, message = tostring(message)}, mt), 0)
+end
+
 function M.is(e)
   return type(e) == "table" and e.usage == true
 end

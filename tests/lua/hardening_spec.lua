@@ -633,6 +633,9 @@ describe("a kernel engineer's findings: runs that measure nothing", function()
     assert.equal("failed", r.status)
     assert.truthy(r.ended_at)
     assert.truthy(r.error:find(text, 1, true), r.error)
+    -- The user's to read, not a bug: no Lua traceback on stderr or in the row.
+    assert.falsy(err:find("traceback", 1, true), err)
+    assert.falsy(r.error:find("traceback", 1, true), r.error)
     assert.equal(rows, n) -- the skip rows are kept
   end
 
@@ -813,6 +816,7 @@ describe("a new user's findings: run --check", function()
       rc, _, err = H.vsalab("run --check --db " .. db .. " " .. exp .. c[1])
       assert.equal(2, rc, c[1] .. ": " .. err)
       assert.truthy(err:find(c[2], 1, true), err)
+      assert.falsy(err:find("to run", 1, true), err) -- refused before the plan is printed
     end
     assert.is_nil(io.open(db)) -- nothing was opened or written
     rc, _, err = H.vsalab("run --check --resume 1 --db " .. db .. " " .. exp .. "smoke.lua")
