@@ -57,6 +57,7 @@ typedef struct {
   int *hold;             /* pinned, mapped: [0] release, [1] hold timed out */
   cudaStream_t capture;  /* mode 'graph': the stream the call is captured on */
   cudaGraphExec_t graph; /* ... and the instantiated graph replayed per sample */
+  double fn_host_ms;     /* host time of the last sample's call of fn */
 } event_pair;
 
 static int
@@ -160,10 +161,15 @@ capture_graph(lua_State *L, event_pair *ev)
 /* Seconds a held stream waits for its release before the sample is void. */
 #define HOLD_TIMEOUT_S 10.0
 
+/* A held sample that the hold kernel gave up on (HOLD_TIMEOUT_S without
+ * its release): its time is void. */
+#define VOID_SAMPLE (-1.0)
+
 /* One CUDA sample: [flush L2] [hold] start, fn or graph replay, stop;
  * release; wait. With hold, every launch is queued before the start event
  * fires, so the sample is the GPU's time alone. fn runs protected so the
- * stream is released before its error propagates. Returns milliseconds. */
+ * stream is released before its error propagates. Returns milliseconds,
+ * or VOID_SAMPLE (ev->fn_host_ms says how long fn held the host). */
 static double
 cuda_sample(lua_State *L, event_pair *ev, int cold, int graph)
 {
@@ -186,7 +192,9 @@ cuda_sample(lua_State *L, event_pair *ev, int cold, int graph)
       if (ev->hold) lua_gc(L, LUA_GCSTOP, 0);
       vsa_gc_stopped = ev->hold != NULL;
       lua_pushvalue(L, 1);
+      const double h0 = host_ms();
       rc = lua_pcall(L, 0, 0, 0);
+      ev->fn_host_ms = host_ms() - h0;
       vsa_gc_stopped = 0;
       if (ev->hold) lua_gc(L, LUA_GCRESTART, 0);
     }
@@ -202,10 +210,7 @@ cuda_sample(lua_State *L, event_pair *ev, int cold, int graph)
     vsa_fail_cuda(e, graph ? "bench: graph replay" : "bench sample", __FILE__, __LINE__);
     vsa_lua_raise(L);
   }
-  if (ev->hold && __atomic_load_n(&ev->hold[1], __ATOMIC_ACQUIRE))
-    vsa_lua_errorf(L, "bench: the timed function waited on the GPU while the stream was held "
-                      "for %g s (it synchronises, copies to the host or queues too much work); "
-                      "time it with hold=false", HOLD_TIMEOUT_S);
+  if (ev->hold && __atomic_load_n(&ev->hold[1], __ATOMIC_ACQUIRE)) return VOID_SAMPLE;
   return f;
 }
 
@@ -331,7 +336,7 @@ l_bench_raw(lua_State *L)
   if (graph) capture_graph(L, ev);
   const char *reason = "repeats";
   double total = 0, wall0 = host_ms();
-  int n = 0;
+  int n = 0, voids = 0;
   for (;;) {
     if (fixed && n >= repeats) break;
     if (!fixed) {
@@ -352,6 +357,22 @@ l_bench_raw(lua_State *L)
     double ms;
     if (use_cuda) {
       ms = cuda_sample(L, ev, cold, graph);
+      if (ms == VOID_SAMPLE) {
+        /* A function that synchronises voids every sample: the second void
+         * one is an error. A single void sample has been seen now and then
+         * on the H200 in runs whose timed function never synchronises
+         * (kernels/NOTES.md, session 9): dropped with a warning that says
+         * how long the call held the host, not the end of the run. */
+        if (++voids > 1)
+          vsa_lua_errorf(L, "bench: the timed function waited on the GPU while the stream was "
+                            "held for %g s (it synchronises, copies to the host or queues too "
+                            "much work; its call took %.3f s on the host); time it with "
+                            "hold=false", HOLD_TIMEOUT_S, ev->fn_host_ms / 1e3);
+        fprintf(stderr, "bench: warning: a held sample waited %g s for its release (the timed "
+                        "call took %.3f s on the host); sample dropped, sampling goes on\n",
+                HOLD_TIMEOUT_S, ev->fn_host_ms / 1e3);
+        continue;
+      }
     } else {
       double t0 = host_ms();
       call_fn(L);

@@ -106,7 +106,20 @@ describe("#gpu reference", function()
     local e = H.err(vsalab.bench, function() vsalab.gpu_sleep(10); vsalab.synchronize() end,
       {warmup = 0, repeats = 1})
     assert.truthy(e:find("waited on the GPU while the stream was held", 1, true), e)
+    assert.truthy(e:find("its call took", 1, true), e)
     vsalab.synchronize() -- the stream is free again
+  end)
+
+  it("drops one void held sample with a warning and goes on sampling", function()
+    local calls = 0
+    local st = vsalab.bench(function()
+      calls = calls + 1
+      vsalab.gpu_sleep(10)
+      if calls == 1 then vsalab.synchronize() end -- the first held sample only
+    end, {warmup = 0, repeats = 3, keep_samples = true})
+    assert.equal(3, #st.times)
+    assert.equal(4, calls) -- the void sample was not counted
+    vsalab.synchronize()
   end)
 
   it("reruns into out= buffers bitwise, allocation-free (a CUDA graph captures it)", function()
