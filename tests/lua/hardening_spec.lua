@@ -8,6 +8,20 @@ local function script(dir, name, text)
   return dir .. "/" .. name
 end
 
+-- A command that starts a process holding db's write lock for 7 s (past
+-- the 5 s busy timeout); it creates DIR/held once it holds the lock.
+local function lock_holder(dir, db)
+  script(dir, "hold.lua", string.format([[
+    local d = vsalab.db_open(%q)
+    d:q("BEGIN IMMEDIATE")
+    io.open(%q, "w"):close()
+    os.execute("sleep 7")
+    d:q("COMMIT")
+    d:close()
+  ]], db, dir .. "/held"))
+  return H.exe .. " run " .. dir .. "/hold.lua &"
+end
+
 local function run_row(db, id)
   local d = vsalab.db_open(db, {readonly = true})
   local r = d:q("SELECT * FROM run WHERE id = ?", id or 1)[1]
@@ -167,19 +181,11 @@ describe("crashes and lost runs", function()
     local db = dir .. "/l.db"
     -- The holder takes the write lock for 7 s (past the 5 s busy timeout)
     -- just as the script ends.
-    script(dir, "hold.lua", string.format([[
-      local d = vsalab.db_open(%q)
-      d:q("BEGIN IMMEDIATE")
-      io.open(%q, "w"):close()
-      os.execute("sleep 7")
-      d:q("COMMIT")
-      d:close()
-    ]], db, dir .. "/held"))
     local s = script(dir, "end.lua", string.format([[
       vsalab.log{experiment = 't', kernel = 'k'}
       os.execute(%q)
       while not io.open(%q) do os.execute("sleep 0.05") end
-    ]], H.exe .. " run " .. dir .. "/hold.lua &", dir .. "/held"))
+    ]], lock_holder(dir, db), dir .. "/held"))
     local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
     assert(rc == 0, err)
     assert.equal("finished", (run_row(db)).status)
@@ -693,20 +699,12 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     local db = dir .. "/lock.db"
     -- The holder takes the write lock for 7 s (past the 5 s busy timeout)
     -- between two rows.
-    script(dir, "hold.lua", string.format([[
-      local d = vsalab.db_open(%q)
-      d:q("BEGIN IMMEDIATE")
-      io.open(%q, "w"):close()
-      os.execute("sleep 7")
-      d:q("COMMIT")
-      d:close()
-    ]], db, dir .. "/held"))
     local s = script(dir, "rows.lua", string.format([[
       vsalab.log{experiment = 't', kernel = 'first'}
       os.execute(%q)
       while not io.open(%q) do os.execute("sleep 0.05") end
       vsalab.log{experiment = 't', kernel = 'second'}
-    ]], H.exe .. " run " .. dir .. "/hold.lua &", dir .. "/held"))
+    ]], lock_holder(dir, db), dir .. "/held"))
     local rc, _, err = H.vsalab("run --db " .. db .. " " .. s)
     assert.equal(0, rc, err)
     local r, n = run_row(db)
