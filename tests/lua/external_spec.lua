@@ -138,11 +138,21 @@ describe("external backends", function()
 vsalab.backends.external{name = "hung", cmd = {"/bin/sh", %q}, supported = function(d) return d == "cpu" end}
 dofile(%q)]], dir .. "/hang.sh", H.root .. "/experiments/smoke.lua"))
     local db = dir .. "/hang.db"
-    local rc = H.sh(H.exe .. " run --point-timeout 1 --db " .. db .. " " .. dir .. "/hang.lua -a density=[0.5]")
-    assert.equal(0, rc) -- a point given up on is skipped, not failed
+    local rc, _, err = H.sh(H.exe .. " run --point-timeout 1 --db " .. db .. " " .. dir .. "/hang.lua -a density=[0.5]")
     local d = vsalab.db_open(db, {readonly = true})
     local notes = d:q("SELECT note FROM result WHERE kernel = 'config'")
+    local measured = d:q([[SELECT count(*) AS n FROM result
+      WHERE kernel NOT IN ('config', 'invert', 'gemm_bf16')]])[1].n
     d:close()
+    -- A point given up on is skipped, not failed: the run passes if any
+    -- backward measured before its point's timer fired (how many did
+    -- depends on this host's speed), and fails saying so if none did.
+    if measured > 0 then
+      assert.equal(0, rc, err)
+    else
+      assert.equal(1, rc, err)
+      assert.truthy(err:find("every point was skipped", 1, true), err)
+    end
     assert.is_true(#notes > 0)
     assert.truthy(notes[1].note:find("timeout", 1, true), notes[1].note)
     -- The peer's group was killed: nothing of it is left.
