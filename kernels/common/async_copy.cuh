@@ -16,6 +16,30 @@
 #include <stdint.h>
 
 // ----------------------------------------------------------------------------
+// programmatic dependent launch (sm_90+; no-ops when compiled for older
+// targets, and on a grid not launched as a programmatic dependent)
+
+/* Let the next grid in the stream, launched as a programmatic dependent,
+ * start now. */
+__device__ __forceinline__ void
+pdl_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Wait until the grid this one depends on has completed, its memory
+ * visible. */
+__device__ __forceinline__ void
+pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// ----------------------------------------------------------------------------
 // shared memory layout
 
 /* Byte offset of element (row, col) of a swizzled 64-column bf16 region. */

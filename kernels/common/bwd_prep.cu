@@ -4,17 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async_copy.cuh"
 #include "bwd_prep.h"
 
 namespace vsa_bwd {
 namespace {
-
-__device__ __forceinline__ uint32_t
-pack_bf16(float lo, float hi)
-{
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t *>(&v);
-}
 
 /* Block g sorts group g's items by descending k2q count (256 buckets of
  * the count, a counting sort with warp-aggregated shared-memory atomics):
@@ -228,9 +222,7 @@ head_kv_stats(const float *kv_stats, int slots, int64_t bh)
 __global__ void __launch_bounds__(256)
 row_exp_kernel(const __grid_constant__ prep_params p)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  pdl_launch_dependents();
   const int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   const int64_t warp_row = row & ~(int64_t)31;
   if (warp_row >= p.rows) return; // the whole warp

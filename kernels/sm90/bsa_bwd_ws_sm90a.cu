@@ -126,7 +126,7 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
   // FIXED: launched behind the row-exponent kernel as its programmatic
   // dependent; the K/V and first stages load meanwhile. Every CTA waits,
   // so this grid never completes before the exponents do.
-  if (FIXED) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (FIXED) pdl_wait();
   int n = 0;
   for (int e = first; e < cnt; e = next_entry(list, e + 1, cnt, lo, hi), n++) {
     const int s = n & 1;

@@ -71,6 +71,9 @@ local function point_key(r, no_kernel)
   return table.concat(parts, "|")
 end
 
+-- One logical run: a sweep's shards share its sweep id.
+local LOGICAL_RUN = "coalesce(sweep_id, 'run:' || id)"
+
 -- What the DB holds, for a reference that matches no run: "the DB has 3
 -- runs, ids 1 to 3" (latest~N counts logical runs: "latest~0 to latest~2").
 local function runs_hint(db, logical)
@@ -78,7 +81,7 @@ local function runs_hint(db, logical)
   if r.n == 0 then return "the DB has no runs" end
   if logical then
     local n = shard.has_sweeps(db)
-      and #db:q("SELECT 1 FROM run GROUP BY coalesce(sweep_id, 'run:' || id)") or r.n
+      and #db:q("SELECT 1 FROM run GROUP BY " .. LOGICAL_RUN) or r.n
     return string.format("the DB has %d %srun%s: latest~0 to latest~%d", n,
       n ~= r.n and "logical " or "", n == 1 and "" or "s", n - 1)
   end
@@ -97,8 +100,8 @@ function M.resolve(db, ref)
     if #back > 15 then none(nil, true) end
     -- Counted in logical runs: the shards of one sweep are one.
     local r = shard.has_sweeps(db)
-      and db:q([[SELECT min(id) AS id FROM run GROUP BY coalesce(sweep_id, 'run:' || id)
-                 ORDER BY max(id) DESC LIMIT 1 OFFSET ?]], tonumber(back))
+      and db:q("SELECT min(id) AS id FROM run GROUP BY " .. LOGICAL_RUN
+                 .. " ORDER BY max(id) DESC LIMIT 1 OFFSET ?", tonumber(back))
       or db:q("SELECT id FROM run ORDER BY id DESC LIMIT 1 OFFSET ?", tonumber(back))
     if #r == 0 then none(nil, true) end
     return r[1].id

@@ -21,6 +21,7 @@
 -- the CPU (device=cpu scripts), so the scheduling is tested without GPUs.
 local core = require "vsalab.core"
 local json = require "vsalab.json"
+local report = require "vsalab.report"
 local run = require "vsalab.run"
 
 local M = {}
@@ -371,15 +372,12 @@ local function nothing_measured(run_id)
   local n = db:q([[SELECT count(*) AS n FROM result WHERE run_id = ?
     AND kernel NOT IN ('config', 'invert', 'gemm_bf16')]], run_id)[1].n
   if n > 0 then return nil end
-  local order, count = {}, {}
+  local skipped = report.reasons()
   for _, r in ipairs(db:q("SELECT note FROM result WHERE run_id = ? AND kernel = 'config' ORDER BY id", run_id)) do
-    local why = tostring(r.note):match("^skipped %((.-)%)") or tostring(r.note)
-    if not count[why] then order[#order + 1] = why; count[why] = 0 end
-    count[why] = count[why] + 1
+    skipped.add(tostring(r.note):match("^skipped %((.-)%)") or tostring(r.note))
   end
-  local t = {}
-  for i, why in ipairs(order) do t[i] = count[why] .. " × " .. why end
-  return "every point was skipped, nothing was measured: " .. (#t > 0 and table.concat(t, "; ")
+  local why = skipped.text()
+  return report.nothing_measured .. (why ~= "" and why
     or "no point had a backward to run here, or the sweep had none (see the skip lines above)")
 end
 

@@ -208,43 +208,28 @@ function M.check_point(c)
   return c
 end
 
--- Why points were skipped, counted in order of first sight: add(why)
--- counts one; text() -> "4 × timeout after 1 s; 2 × ragged only at 50%
--- (filtered by the sweep)".
-local function reasons()
-  local order, count = {}, {}
-  return {
-    add = function(why)
-      if not count[why] then order[#order + 1] = why; count[why] = 0 end
-      count[why] = count[why] + 1
-    end,
-    text = function()
-      local t = {}
-      for i, why in ipairs(order) do t[i] = count[why] .. " × " .. why end
-      return table.concat(t, "; ")
-    end,
-  }
-end
-
 function M.run(e)
   local device = e.device or "cuda"
-  local skipped = reasons()
+  local skipped = report.reasons()
+  local desc, pts
   if e.sweep then
-    local desc, pts = e.sweep:describe()
-    -- A bad -a value is refused before the plan is printed.
-    for _, p in ipairs(pts) do
-      if not p.skipped then M.check_point(M.normalise_lists(p)) end
-    end
-    io.stderr:write(e.name, ": ", desc, "\n")
+    desc, pts = e.sweep:describe()
     e.configs = {}
+    for _, p in ipairs(pts) do
+      if not p.skipped then e.configs[#e.configs + 1] = p end
+    end
+  end
+  -- A bad -a value is refused before the plan is printed.
+  for _, c in ipairs(e.configs) do M.check_point(M.normalise_lists(c)) end
+  if pts then
+    io.stderr:write(e.name, ": ", desc, "\n")
     for _, p in ipairs(pts) do
       if p.skipped then
         io.stderr:write("  skip ", p.hash, ": ", p.skipped, "\n")
         skipped.add(tostring(p.skipped) .. " (filtered by the sweep)")
-      else e.configs[#e.configs + 1] = p end
+      end
     end
   end
-  for _, c in ipairs(e.configs) do M.check_point(M.normalise_lists(c)) end
   local planned = #e.configs
   -- --shard I/N: this slice of the points only (lua/vsalab/shard.lua).
   local shard = (package.loaded.vsalab.context or {}).shard
@@ -376,7 +361,7 @@ function M.run(e)
   if measured == 0 and done == 0 and not run.worker() then
     local why = planned == 0 and #skipped.text() == 0 and "the experiment has no points" or skipped.text()
     if not (shard and planned > 0) then
-      usage.fail(string.format("%s: every point was skipped, nothing was measured: %s", e.name, why))
+      usage.fail(e.name .. ": " .. report.nothing_measured .. why)
     elseif #e.configs > 0 then
       io.stderr:write(string.format("%s: shard %d/%d: every point of this slice was skipped (%s); "
         .. "the other shards may have measured theirs\n", e.name, shard.index, shard.count, why))

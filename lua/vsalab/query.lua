@@ -179,7 +179,8 @@ function M.main(argv)
     end
     local okr, id = pcall(require("vsalab.compare").resolve, db, o.rest[1])
     if not okr then return fail(tostring(id)) end
-    local run = db:q("SELECT * FROM run WHERE id = ?", id)[1]
+    local runq = db:q("SELECT * FROM run WHERE id = ?", id)
+    local run = runq[1]
     if o.format == "table" then
       print(string.format("run %d  %s  %s  %s → %s", run.id, run.status, tostring(run.script),
         tostring(run.started_at), tostring(run.ended_at or "-")))
@@ -201,7 +202,6 @@ function M.main(argv)
       -- The run's context too (what the table form prints above the rows):
       -- every run column, its JSON-text columns as JSON values (those an
       -- older schema has).
-      local runq = db:q("SELECT * FROM run WHERE id = ?", id)
       local has, sel = {}, {}
       for _, c in ipairs(runq.columns) do has[c] = true end
       for _, c in ipairs{"args", "context", "devices"} do
@@ -210,7 +210,7 @@ function M.main(argv)
       local raw = db:q("SELECT " .. table.concat(sel, ", ") .. " FROM run WHERE id = ?", id)[1]
       local f = {}
       for _, c in ipairs(runq.columns) do
-        local v = raw[c] or json.encode(runq[1][c] == nil and json.null or runq[1][c])
+        local v = raw[c] or json.encode(run[c] == nil and json.null or run[c])
         f[#f + 1] = json.encode(c) .. ":" .. v
       end
       io.stdout:write('{"run":{', table.concat(f, ","), '},"rows":', json_rows(rows, rows.columns), "}\n")

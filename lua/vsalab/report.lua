@@ -45,6 +45,27 @@ end
 
 -- A progress line on stderr: "\r" rewrites on a terminal, plain lines else.
 local tty = nil
+-- Why points were skipped, counted in order of first sight: add(why)
+-- counts one; text() -> "4 × timeout after 1 s; 2 × ragged only at 50%
+-- (filtered by the sweep)" ("" when none). What a run that measured
+-- nothing says (vsalab.experiment.run, the --devices coordinator).
+function M.reasons()
+  local order, count = {}, {}
+  return {
+    add = function(why)
+      if not count[why] then order[#order + 1] = why; count[why] = 0 end
+      count[why] = count[why] + 1
+    end,
+    text = function()
+      local t = {}
+      for i, why in ipairs(order) do t[i] = count[why] .. " × " .. why end
+      return table.concat(t, "; ")
+    end,
+  }
+end
+
+M.nothing_measured = "every point was skipped, nothing was measured: "
+
 function M.progress(i, n, text)
   if tty == nil then tty = core.isatty(2) end
   local msg = string.format("[%d/%d] %s", i, n, text)

@@ -13,6 +13,9 @@ local json = require "vsalab.json"
 local M = {}
 local state = nil -- {db=, id=}
 local closed = false -- the run was closed: a later log must not begin another
+-- src/db.c's busy timeout, and how long a measured row and the run's close
+-- wait for another writer's lock instead.
+local BUSY_MS, LOCK_WAIT_MS = 5000, 60000
 
 local function context()
   local v = package.loaded.vsalab
@@ -241,9 +244,9 @@ function M.log(row)
     -- Another writer held the lock past the 5 s busy timeout (a merge into
     -- this DB, a sqlite3 session): a measured row is worth the minute the
     -- close waits too, rather than being lost with the run.
-    pcall(r.db.q, r.db, "PRAGMA busy_timeout = 60000")
+    pcall(r.db.q, r.db, "PRAGMA busy_timeout = " .. LOCK_WAIT_MS)
     ok, id = pcall(r.db.log, r.db, t)
-    pcall(r.db.q, r.db, "PRAGMA busy_timeout = 5000")
+    pcall(r.db.q, r.db, "PRAGMA busy_timeout = " .. BUSY_MS)
   end
   if not ok then error((tostring(id):gsub("^db:log: ", "vsalab.log: ")), 2) end
   return id
@@ -258,7 +261,7 @@ function M.finish(status, err)
   local s = state
   local ok, why = true, nil
   if not s.worker then
-    pcall(s.db.q, s.db, "PRAGMA busy_timeout = 60000")
+    pcall(s.db.q, s.db, "PRAGMA busy_timeout = " .. LOCK_WAIT_MS)
     for _ = 1, 3 do
       ok, why = pcall(s.db.end_run, s.db, s.id, status, err)
       if ok then break end
