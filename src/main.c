@@ -306,15 +306,16 @@ cmd_run(int argc, char **argv)
     fprintf(stderr, "vsalab: --devices does not take --resume (resume on one GPU with --device)\n");
     return 2;
   }
-  if (o.check && (o.devices || o.resume)) {
-    fprintf(stderr, "vsalab: --check takes neither --devices nor --resume (check the plain command)\n");
+  if (o.check && o.resume) {
+    fprintf(stderr, "vsalab: --check does not take --resume (check the command without it)\n");
     return 2;
   }
   lua_State *L = vsa_host_new(&o);
   if (!L) return 1;
   /* --devices: this process coordinates one worker process per GPU, each
    * a `vsalab run` of the same command line (lua/vsalab/devices.lua). */
-  if (o.devices) rc = vsa_host_run_module(L, "vsalab.devices", argc, argv);
+  /* --check plans the points here, one process, whatever --devices says. */
+  if (o.devices && !o.check) rc = vsa_host_run_module(L, "vsalab.devices", argc, argv);
   else rc = vsa_host_run_script(L, &o);
   lua_close(L);
   return rc;

@@ -819,6 +819,12 @@ describe("a new user's findings: run --check", function()
     assert.is_nil(io.open(db)) -- nothing was opened or written
     rc, _, err = H.vsalab("run --check --resume 1 --db " .. db .. " " .. exp .. "smoke.lua")
     assert.equal(2, rc, err)
+    -- --devices (slurm-sweep.sh's whole-node shards) checks the same command in one process.
+    rc, _, err = H.sh("VSALAB_FAKE_DEVICES=2 " .. H.exe .. " run --check --devices all --db " .. db .. " " .. exp .. "smoke.lua")
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("(4 points to run)", 1, true), err)
+    rc, _, err = H.vsalab("run --check --devices 0,1 --db " .. db .. " " .. exp .. "smoke.lua -a foo=1")
+    assert.equal(2, rc, err)
     rc, _, err = H.vsalab("repl --check")
     assert.equal(2, rc, err)
     os.execute("rm -rf " .. dir)

@@ -73,6 +73,13 @@ rc=$?
 [ "$(calls)" = 2 ] || fail "a good command line made $(calls) sbatch calls, not 2"
 grep -q -- "--dependency=afterok:4711" "$SBATCH_LOG" || fail "no merge job after the array: $(cat "$SBATCH_LOG")"
 grep -q -- "--seed 5 --timing cold --context k=v" "$tmp/good/shard.sbatch" || fail "run options not in shard.sbatch"
+# A whole-node sweep (--devices all) is checked and submitted too.
+rm -f "$SBATCH_LOG"
+out=$("$sweep" --vsalab "$V" --out "$tmp/node" --gres gpu:8 --devices all "$smoke" 2>&1)
+rc=$?
+[ "$rc" = 0 ] || fail "a --devices all sweep exited $rc: $out"
+[ "$(calls)" = 2 ] || fail "a --devices all sweep made $(calls) sbatch calls, not 2"
+grep -q -- "--devices all" "$tmp/node/shard.sbatch" || fail "--devices not in shard.sbatch"
 # --dry-run submits nothing.
 rm -f "$SBATCH_LOG"
 "$sweep" --vsalab "$V" --out "$tmp/dry" --dry-run "$smoke" >/dev/null || fail "--dry-run failed"
