@@ -51,9 +51,9 @@ local function apply_common(c)
     local names = type(c.peers) == "table" and c.peers or {c.peers}
     for _, n in ipairs(names) do
       usage.wrap(backends.peer, tostring(n))
-      -- Asked for by name: a python module it lacks is the user's to
-      -- install, not a warning before a run that times nothing for it.
-      local why = require("vsalab.external").missing_module(tostring(n))
+      -- Asked for by name: a file or python module it lacks is the user's
+      -- to provide, not a warning before a run that times nothing for it.
+      local why = require("vsalab.external").missing(tostring(n))
       if why then usage.error("argument 'peers': " .. why) end
     end
   end

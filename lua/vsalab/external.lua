@@ -272,16 +272,27 @@ local function importable(module)
   return imports[module]
 end
 
--- Why known peer `name` cannot run on any device here (its python module
--- is not importable: "numpy: python3 cannot import numpy (install it: ...)"),
--- or nil. `peers=NAME` asks for it by name, so experiments refuse it then
--- (a usage error) instead of a run that times nothing for it.
-function M.missing_module(name)
+-- Why known peer `name` cannot run here for its python module ("numpy:
+-- python3 cannot import numpy (install it: ...)"), or nil.
+local function missing_module(name)
   local d = M.peers[name]
   if d and d.python_module and not importable(d.python_module) then
     return string.format("%s: python3 cannot import %s%s", name, d.python_module,
       d.install and (" (install it: " .. d.install .. ")") or "")
   end
+end
+
+-- Why known peer `name` cannot run on any device here: a file it needs is
+-- missing (paths are relative to the working directory, the repository
+-- root), or its python module is not importable; nil when
+-- neither. `peers=NAME` asks for it by name, so experiments refuse it then.
+function M.missing(name)
+  local d = M.peers[name]
+  if not d then return nil end
+  for _, f in ipairs(d.needs or {}) do
+    if not exists(f) then return string.format("%s: %s is missing: %s", name, f, d.hint) end
+  end
+  return missing_module(name)
 end
 
 -- Register peer `name`; it is unavailable (supported -> false, why) when
@@ -298,21 +309,16 @@ function M.peer(name)
   for i, a in ipairs(d.cmd) do
     cmd[i] = a == "@vsalab" and ((package.loaded.vsalab.context or {}).exe or "vsalab") or a
   end
-  local missing
-  for _, f in ipairs(d.needs or {}) do
-    if not exists(f) then missing = missing or (f .. " is missing: " .. d.hint) end
-  end
   return M.external{name = name, cmd = cmd, description = d.description,
     supported = function(device, p)
-      if missing then return false, name .. ": " .. missing end
+      local missing = M.missing(name)
+      if missing then return false, missing end
       if d.device and device ~= d.device then return false, name .. " runs on " .. d.device .. " tensors" end
       if d.D and p and p.D then
         local ok = false
         for _, x in ipairs(d.D) do ok = ok or x == p.D end
         if not ok then return false, name .. " takes D in {" .. table.concat(d.D, ", ") .. "}" end
       end
-      local why = M.missing_module(name)
-      if why then return false, why end
       return true
     end}
 end

@@ -161,9 +161,23 @@ dofile(%q)]], dir .. "/hang.sh", H.root .. "/experiments/smoke.lua"))
   end)
 
   it("say why a peer is unavailable", function()
-    local rc, _, err = H.vsalab("run --db " .. dir .. "/t.db " .. smoke .. " peers=triton")
+    -- Its files present (stubs in a working directory of its own): on this
+    -- CPU host it is unavailable for the device, and the run goes on.
+    local cwd = H.tmpdir()
+    for _, f in ipairs(require("vsalab.external").peers.triton.needs) do
+      os.execute("mkdir -p " .. cwd .. "/" .. f:match("^(.*)/") .. " && : > " .. cwd .. "/" .. f)
+    end
+    local rc, _, err = H.sh("cd " .. cwd .. " && " .. H.exe .. " run --db " .. dir .. "/t.db " .. smoke .. " peers=triton")
     assert.equal(0, rc, err)
-    assert.truthy(err:find("triton unavailable", 1, true), err)
+    assert.truthy(err:find("triton unavailable: triton runs on cuda tensors", 1, true), err)
+    -- A file missing: asked for by name, that is the user's to fix.
+    os.remove(cwd .. "/.peer/fastvideo_triton/index.py")
+    rc, _, err = H.sh("cd " .. cwd .. " && " .. H.exe .. " run --db " .. dir .. "/t2.db " .. smoke .. " peers=triton")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("argument 'peers': triton: .peer/fastvideo_triton/index.py is missing: run tests/gpu/fetch_peer.sh", 1, true), err)
+    assert.falsy(err:find("stack traceback", 1, true), err)
+    assert.falsy(io.open(dir .. "/t2.db"), "a refused run made a DB")
+    os.execute("rm -rf " .. cwd)
   end)
 
   local numpy = os.execute("python3 -c 'import numpy' >/dev/null 2>&1") == 0
