@@ -206,6 +206,8 @@ function M.compare(db, a, b, opts)
     end
     if v == "SLOW" or flags[1] == "NEW FAIL" then gate = true end
     local row = point_row(rb, v)
+    -- Two kernels side by side (RUN:KERNEL on each side): name both.
+    if ra.kernel ~= rb.kernel then row.kernel = ra.kernel .. " -> " .. rb.kernel end
     row.a_ms, row.b_ms, row.ratio, row.flags = ra.ms_median, rb.ms_median, ratio, table.concat(flags, ", ")
     row.a, row.b = ra, rb -- the result rows (with .errors), for the HTML view
     out[#out + 1] = row
