@@ -257,6 +257,12 @@ function M.run(e)
     for name in pairs(e.kernels) do
       local ok, why = backends.supported(name, device)
       if not ok then
+        -- A CUDA kernel named for an experiment's CPU points: say how to
+        -- move them (on a host without a GPU, require_gpu then says so).
+        if device == "cpu" and tostring(why):find("runs on CUDA tensors", 1, true) then
+          why = string.format("%s runs on CUDA tensors and %s's points are on the CPU (give device=cuda)",
+            name, e.name)
+        end
         usage.error("argument 'kernels': " .. name .. " cannot run here: " .. tostring(why))
       end
     end

@@ -328,7 +328,12 @@ describe("exit codes and messages", function()
     usage_err(smoke .. " kernels=triton", "needs peers=NAME too")
     -- Registered here but unable to run on this device: refused up front
     -- instead of a run that times nothing for it and exits 0.
-    usage_err(smoke .. " kernels=sm90a", "argument 'kernels': sm90a cannot run here")
+    usage_err(smoke .. " kernels=sm90a", "argument 'kernels': sm90a cannot run here: sm90a runs on "
+      .. "CUDA tensors and smoke's points are on the CPU (give device=cuda)")
+    -- With device=cuda on a host without a GPU: the README's message.
+    if not vsalab.cuda_available() then
+      usage_err(smoke .. " kernels=sm90a device=cuda", "smoke needs a CUDA device: no NVIDIA GPU or driver found")
+    end
     local rc, _, err = H.vsalab("run --db " .. db .. " " .. smoke .. " -a density=[0.5]"
       .. " 'kernels= reference'")
     assert.equal(0, rc, err)
