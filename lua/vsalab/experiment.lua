@@ -349,7 +349,8 @@ function M.run(e)
       local r = {experiment = e.name, kernel = "config", B = c.B, H = c.H, D = c.D,
         density = c.density, topk = c.topk, ragged = c.ragged and 1 or 0,
         point_hash = M.hash_of(c), extra = {point = M.point_of(c)},
-        note = "skipped (" .. why .. "): " .. first}
+        -- (the timer's own "point timeout!" adds nothing to the reason)
+        note = "skipped (" .. why .. ")" .. (first:find("point timeout!", 1, true) and "" or ": " .. first)}
       r.id = run.log(r)
       rows[#rows + 1] = r
       report.progress(i, n, "skipped (" .. why .. ")")
