@@ -18,6 +18,8 @@
  *                             prove that a failing plug-in fails its point)
  *   example_unscaled_backward forgets sm_scale on dk (the tests use it to
  *                             prove that the oracle catches a wrong plug-in)
+ *   example_overrun_backward  writes one element past dv and one before dq
+ *                             (the tests use it to prove the guard zones)
  * Pointers are host pointers: the library declares VSALAB_PLUGIN_CPU only,
  * so vsalab never hands it CUDA tensors.
  */
@@ -157,4 +159,17 @@ example_failing_backward(const vsalab_plugin_args *a, char *err, size_t err_len)
 {
   snprintf(err, err_len, "example: refused on purpose (B=%d H=%d Sq=%d)", a->B, a->H, a->Sq);
   return VSALAB_PLUGIN_E_INVALID;
+}
+
+/* A bad citizen for the tests: a correct backward that also writes one
+ * element past the end of dv and one before dq (an off-by-one in a
+ * plug-in's loop bounds). vsalab's guard zones fail the point. */
+VSALAB_PLUGIN_EXPORT int
+example_overrun_backward(const vsalab_plugin_args *a, char *err, size_t err_len)
+{
+  int rc = backward(a, err, err_len, a->sm_scale);
+  int64_t n = a->dv.shape[0] * a->dv.shape[1] * a->dv.shape[2] * a->dv.shape[3];
+  ((uint16_t *)a->dv.data)[n] = 0;
+  ((uint16_t *)a->dq.data)[-1] = 0;
+  return rc;
 }

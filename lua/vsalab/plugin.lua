@@ -7,7 +7,8 @@
 -- vsalab_plugin_abi or built for another ABI version, a missing symbol.
 -- The backend's run(p) validates and canonicalises p's lists (each row
 -- ascending, q2k the transpose of k2q: the ABI's promise), NaN-fills fresh
--- bf16 outputs and calls the plug-in; timed(p, outs) reuses outs and lists
+-- bf16 outputs inside guard zones and calls the plug-in (a write outside an
+-- output fails the point); timed(p, outs) reuses outs and lists
 -- made once, so a CAPTURABLE plug-in's timed call queues only its own work.
 -- A plug-in's error raises "backend NAME failed: MESSAGE (code N)": an
 -- experiment logs the point as failed with that message and goes on.
@@ -17,6 +18,36 @@ local paths = require "vsalab.paths"
 local M = {}
 
 M.default_symbol = "vsalab_backward"
+
+-- Guard zones around each output of a checked call: GUARD bf16 elements
+-- (4 KB) before and after it, filled with GUARD_VALUE. A plug-in that
+-- writes past (or before) an output would corrupt vsalab's memory unseen;
+-- a changed guard fails the point instead, naming the output. (Writes
+-- further out than a zone go unseen: a zone is a tripwire, not a fence.)
+M.GUARD = 2048
+local GUARD_VALUE = -12352 -- exactly a bf16; no plausible gradient
+
+-- A NaN-filled bf16 output of `shape` on dev inside its guard zones:
+-- returns the output (a view) and the whole buffer.
+local function guarded(shape, dev)
+  local n = 1
+  for _, x in ipairs(shape) do n = n * x end
+  local buf = core.empty({n + 2 * M.GUARD}, {dtype = "bf16", device = dev}):fill(GUARD_VALUE)
+  return buf:narrow(1, M.GUARD + 1, n):reshape(shape):fill(0 / 0), buf, n
+end
+
+-- Raise "backend NAME failed: wrote outside OUT ..." when a zone changed.
+local function check_guards(name, out, buf, n)
+  for _, side in ipairs{{"before", 1}, {"after", M.GUARD + n + 1}} do
+    local zone = buf:narrow(1, side[2], M.GUARD):to("cpu"):to_table()
+    local changed = 0
+    for _, x in ipairs(zone) do if x ~= GUARD_VALUE then changed = changed + 1 end end
+    if changed > 0 then
+      error(string.format("backend %s failed: wrote outside %s: %d of the %d bf16 elements %s it changed",
+        name, out, changed, M.GUARD, side[1]), 0)
+    end
+  end
+end
 
 -- "build/libmine.so" -> "mine"
 local function stem(path)
@@ -89,11 +120,14 @@ function M.load(o)
     check_vbs(p)
     local qi, qn, ki, kn = canonical(p)
     local dev = p.q.device
-    local dq = core.empty(p.q.shape, {dtype = "bf16", device = dev}):fill(0 / 0)
-    local dk = core.empty(p.k.shape, {dtype = "bf16", device = dev}):fill(0 / 0)
-    local dv = core.empty(p.k.shape, {dtype = "bf16", device = dev}):fill(0 / 0)
+    local dq, bq, nq = guarded(p.q.shape, dev)
+    local dk, bk, nk = guarded(p.k.shape, dev)
+    local dv, bv = guarded(p.k.shape, dev)
     pl:backward(p.dO, p.q, p.k, p.v, p.o, p.lse, qi, qn, ki, kn, p.vbs, dq, dk, dv, p.sm_scale, ud)
     for _, t in ipairs{qi, qn, ki, kn} do t:free() end
+    check_guards(name, "dq", bq, nq)
+    check_guards(name, "dk", bk, nk)
+    check_guards(name, "dv", bv, nk)
     return dq, dk, dv
   end
   b.timed = function(p, outs)

@@ -21,7 +21,7 @@ end
 describe("backends.load", function()
   -- Specs share one process: leave the registry as it was for the others.
   teardown(function()
-    for _, n in ipairs{"example_spec", "example_cases", "unscaled", "failing"} do
+    for _, n in ipairs{"example_spec", "example_cases", "unscaled", "failing", "overrun", "example_guard_ok"} do
       vsalab.backends.unregister(n)
     end
   end)
@@ -73,6 +73,15 @@ describe("backends.load", function()
     assert.is_false(res.passed)
     assert.is_false(res.errors.dk.passed)
     assert.is_true(res.errors.dv.passed)
+  end)
+
+  it("fails a plug-in that writes outside its outputs, naming the output", function()
+    local b = vsalab.backends.load{path = lib, symbol = "example_overrun_backward", name = "overrun"}
+    local e = H.err(b.run, problem(H.seed()))
+    assert.truthy(e:find("backend overrun failed: wrote outside dq: 1 of the 2048 bf16 elements before it changed", 1, true), e)
+    -- The well-behaved plug-in on the same guarded buffers: no false alarm.
+    local ok = vsalab.backends.load{path = lib, name = "example_guard_ok"}
+    assert.equal(3, select("#", ok.run(problem(H.seed()))))
   end)
 
   it("raises the plug-in's own message when it returns an error", function()
