@@ -46,6 +46,7 @@ struct vsa_db {
   sqlite3 *h;
   char *path;
   int readonly;
+  int immutable; /* read-only, opened as file:PATH?immutable=1 (see vsa_db_open) */
   sqlite3_stmt *st[ST_LAST]; /* prepared at open, finalized at close */
 };
 
@@ -438,8 +439,20 @@ open_connection(vsa_db *db)
       stat(db->path, &sb) != 0)
     return vsa_fail("db '%s': cannot open read-only: %s", db->path,
                     strerror(errno));
-  int rc = sqlite3_open_v2(db->path, &db->h, flags | SQLITE_OPEN_NOMUTEX,
+  char *uri = NULL;
+  if (db->immutable) { /* file:PATH?immutable=1, PATH percent-encoded */
+    size_t n = strlen(db->path);
+    if (!(uri = malloc(3 * n + 32))) return vsa_fail("db: out of memory");
+    char *w = uri + sprintf(uri, "file:");
+    for (const unsigned char *c = (const unsigned char *)db->path; *c; c++)
+      w += (*c == '%' || *c == '?' || *c == '#' || *c < 0x20) ? sprintf(w, "%%%02X", *c)
+                                                               : (*w = (char)*c, 1);
+    strcpy(w, "?immutable=1");
+    flags |= SQLITE_OPEN_URI;
+  }
+  int rc = sqlite3_open_v2(uri ? uri : db->path, &db->h, flags | SQLITE_OPEN_NOMUTEX,
                            NULL);
+  free(uri);
   if (rc != SQLITE_OK) {
     int sys = db->h ? sqlite3_system_errno(db->h) : 0;
     vsa_fail("db '%s': cannot open: %s%s%s%s", db->path,
@@ -498,6 +511,20 @@ prepare_all(vsa_db *db)
   return 0;
 }
 
+/* Whether a non-empty PATH-wal file lies beside the database. */
+static int
+wal_pending(const char *path)
+{
+  size_t n = strlen(path) + 5;
+  char *wal = malloc(n);
+  if (!wal) return 1;
+  snprintf(wal, n, "%s-wal", path);
+  struct stat st;
+  int pending = stat(wal, &st) == 0 && st.st_size > 0;
+  free(wal);
+  return pending;
+}
+
 int
 vsa_db_open(vsa_db **out, const char *path, int readonly)
 {
@@ -518,7 +545,27 @@ vsa_db_open(vsa_db **out, const char *path, int readonly)
   /* probe before configure: journal_mode=WAL is written into the file, and
    * a file we refuse must be left as it was. */
   int64_t version = 0;
-  if (open_connection(db) || probe(db, &version) || configure(db) ||
+  int bad = open_connection(db) || probe(db, &version);
+  /* A WAL database read by someone who may not write its directory (a
+   * teammate's results): SQLite cannot create the -shm file and refuses
+   * even to read. With no -wal file beside it nothing is pending, so the
+   * file alone is the database: read it as immutable. */
+  if (bad && db->readonly && db->h && strcmp(path, ":memory:") != 0) {
+    int code = sqlite3_extended_errcode(db->h) & 0xff;
+    if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN) {
+      if (wal_pending(path)) {
+        vsa_fail("db '%s': cannot read it without write access to its directory: "
+                 "another writer's log (%s-wal) is pending", path, path);
+      } else {
+        sqlite3_close_v2(db->h);
+        db->h = NULL;
+        db->immutable = 1;
+        version = 0;
+        bad = open_connection(db) || probe(db, &version);
+      }
+    }
+  }
+  if (bad || configure(db) ||
       (version == 0 && create_schema(db)) ||
       (!db->readonly && version > 0 && version < VSA_DB_SCHEMA_VERSION && upgrade(db)) ||
       (!db->readonly && prepare_all(db))) {

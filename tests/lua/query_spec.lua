@@ -66,4 +66,36 @@ describe("result queries", function()
     assert.equal(8, rows[1]["id (2)"])
     d:close()
   end)
+
+  it("reads a DB whose directory it cannot write (a teammate's results)", function()
+    -- A directory this user may read but not write: as root (CI) that
+    -- needs another user, so a copy of the binary runs as nobody.
+    local ro = H.tmpdir()
+    os.execute("cp " .. db .. " " .. ro .. "/t.db && cp " .. H.exe .. " " .. ro .. "/vsalab")
+    local root = H.sh("test \"$(id -u)\" = 0") == 0
+    os.execute("chmod 755 " .. ro .. " " .. ro .. "/vsalab && chmod 644 " .. ro .. "/t.db")
+    if not root then os.execute("chmod 555 " .. ro) end
+    local as = root and "runuser -u nobody -- " or ""
+    local function ro_vsalab(args)
+      return H.sh("cd / && " .. as .. ro .. "/vsalab " .. args)
+    end
+    -- The directory really is read-only to that user.
+    assert.is_not.equal(0, (H.sh(as .. "touch " .. ro .. "/probe")))
+    for _, cmd in ipairs{"runs", "show latest", "query \"SELECT count(*) AS n FROM result\"",
+                         "compare 1:reference 1:invert"} do
+      local rc, out, err = ro_vsalab(cmd .. " --db " .. ro .. "/t.db")
+      assert.equal(0, rc, cmd .. ": " .. err)
+      assert.truthy(#out > 0, cmd)
+    end
+    local _, out = ro_vsalab("query --format csv --db " .. ro .. "/t.db \"SELECT count(*) AS n FROM result\"")
+    assert.equal("n\n8\n", out)
+    -- Another writer's log pending beside it: refused, saying why.
+    os.execute("chmod 755 " .. ro .. " && head -c 64 /dev/urandom > " .. ro .. "/t.db-wal && chmod 644 " ..
+      ro .. "/t.db-wal")
+    if not root then os.execute("chmod 555 " .. ro) end
+    local rc, _, err = ro_vsalab("runs --db " .. ro .. "/t.db")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("another writer's log (" .. ro .. "/t.db-wal) is pending", 1, true), err)
+    os.execute("chmod 755 " .. ro .. " && rm -rf " .. ro)
+  end)
 end)
