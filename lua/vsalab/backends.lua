@@ -54,7 +54,16 @@ function M.restore(origin)
   if type(origin) ~= "table" then return nil end
   for _, b in ipairs(M.list) do if b.name == origin.name then return b end end
   if origin.kind == "plugin" then
-    return M.load{path = origin.path, symbol = origin.symbol, name = origin.name}
+    local b = M.load{path = origin.path, symbol = origin.symbol, name = origin.name}
+    -- Rebuilt since (the usual reason to rerun a plug-in): say so, since
+    -- the new rows time the library as it is now (their rows carry its hash).
+    local now = b.origin.sha256
+    if type(origin.sha256) == "string" and now and now ~= origin.sha256 then
+      io.stderr:write(string.format("rerun: plug-in %s changed since it was measured (sha256 %s then, "
+        .. "%s now): the rerun times the library as it is now\n", origin.path, origin.sha256:sub(1, 12),
+        now:sub(1, 12)))
+    end
+    return b
   elseif origin.kind == "external" then
     if require("vsalab.external").peers[origin.name] then return M.peer(origin.name) end
     return M.external{name = origin.name, cmd = origin.cmd}

@@ -49,6 +49,17 @@ local function check_guards(name, out, buf, n)
   end
 end
 
+-- The SHA-256 of the library file (coreutils' sha256sum), or nil: stored
+-- with each row's backend, so `vsalab rerun` can say when the library it
+-- loads again is not the one that was measured.
+function M.file_sha256(path)
+  local h = io.popen("sha256sum -- '" .. tostring(path):gsub("'", "'\\''") .. "' 2>/dev/null")
+  if not h then return nil end
+  local line = h:read("*l")
+  h:close()
+  return line and line:match("^(%x+)")
+end
+
 -- "build/libmine.so" -> "mine"
 local function stem(path)
   local base = path:match("([^/]+)$") or path
@@ -106,7 +117,8 @@ function M.load(o)
     -- timed on a held stream.
     capturable = info.capturable,
     -- What `vsalab rerun` needs to load it again.
-    origin = {kind = "plugin", path = paths.absolute(o.path), symbol = symbol, name = name},
+    origin = {kind = "plugin", path = paths.absolute(o.path), symbol = symbol, name = name,
+      sha256 = M.file_sha256(o.path)},
     bench_opts = o.bench_opts or backends.kernel_bench_opts,
     supported = function(device, p)
       if device == "cpu" and not info.cpu then return false, name .. " is a CUDA plug-in" end

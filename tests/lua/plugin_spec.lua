@@ -120,6 +120,39 @@ describe("plugin= on the command line", function()
     assert.equal(2, (H.vsalab("compare --db " .. db .. " 1:reference 1:no_such_kernel")))
   end)
 
+  it("stores the library's hash with each row, and rerun says when the library changed", function()
+    local copy = dir .. "/libhashed.so"
+    os.execute("cp " .. lib .. " " .. copy)
+    local h = dir .. "/h.db"
+    local rc, _, err = H.vsalab("run --db " .. h .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" .. copy)
+    assert(rc == 0, err)
+    local function hashes()
+      local out = {}
+      for _, r in ipairs(vsalab.db_open(h, {readonly = true}):q(
+          "SELECT json_extract(extra, '$.backend.sha256') AS sha FROM result WHERE kernel = 'hashed' ORDER BY id")) do
+        out[#out + 1] = r.sha
+      end
+      return out
+    end
+    local _, sum = H.sh("sha256sum " .. copy)
+    local first = sum:match("^(%x+)")
+    assert.same({first, first}, hashes())
+    local id = vsalab.db_open(h, {readonly = true}):q("SELECT min(id) AS id FROM result WHERE kernel = 'hashed'")[1].id
+    rc, _, err = H.vsalab("rerun --db " .. h .. " " .. id)
+    assert(rc == 0, err)
+    assert.falsy(err:find("changed since", 1, true), err)
+    -- Rebuilt (a byte appended: still the same loadable library).
+    os.execute("printf x >> " .. copy)
+    rc, _, err = H.vsalab("rerun --db " .. h .. " " .. id)
+    assert(rc == 0, err)
+    assert.truthy(err:find("rerun: plug-in " .. copy .. " changed since it was measured (sha256 "
+      .. first:sub(1, 12) .. " then,", 1, true), err)
+    local all = hashes()
+    assert.equal(4, #all)
+    assert.equal(first, all[3])
+    assert.is_not.equal(first, all[4])
+  end)
+
   it("logs a failing plug-in's points as failed with its message and goes on", function()
     local f = dir .. "/f.db"
     local rc, _, err = H.vsalab("run --db " .. f .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" ..
