@@ -188,8 +188,9 @@ function M.main(argv)
         tostring(run.gpu_cc), tostring(run.sm_count), tostring(run.driver_version)) or "no GPU"
       print(string.format("  %s, CUDA runtime %s, rev %s, seed %s", gpu,
         tostring(run.runtime_version), tostring(run.git_rev), tostring(run.seed)))
-      print(string.format("  args %s, context %s", tostring(run.args or "[]"),
-        tostring(run.context or "{}")))
+      -- A run without --context has none (json: null): print nothing for it.
+      print(string.format("  args %s%s", tostring(run.args or "[]"),
+        run.context and (", context " .. tostring(run.context)) or ""))
       if run.error then print("  error: " .. run.error:gsub("\n.*", "")) end
     end
     -- lists: 'random' or 'vsa:ℓ'; sharing: the lists' pair sharing

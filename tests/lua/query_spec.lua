@@ -27,7 +27,13 @@ describe("result queries", function()
     assert.truthy(out:match("reference"))
     -- What was asked (args, context) and how each row was timed.
     assert.truthy(out:find("  args [", 1, true), out)
+    assert.falsy(out:find("context", 1, true), out) -- none given: none shown (json: null)
     assert.truthy(out:find(" mode ", 1, true) and out:find(" hot ", 1, true), out)
+    local ctx = dir .. "/ctx.db"
+    assert.equal(0, (H.vsalab("run --db " .. ctx .. " --context gpu_note=spare " .. H.root
+      .. "/experiments/smoke.lua -a density=[0.5]")))
+    local _, out2 = H.vsalab("show --db " .. ctx .. " latest")
+    assert.truthy(out2:find(', context {"gpu_note":"spare"}', 1, true), out2)
     assert.equal(2, (H.vsalab("show --db " .. db .. " 42")))
     for _, bad in ipairs{"show latest~99999999999999999999", "show 123456789012345678901",
                          "runs --limit 1.5", "runs --limit inf"} do
