@@ -154,10 +154,14 @@ parse_shard(const char *val, int *index, int *count)
     long lo = min ? small_int(min) : 0;
     i = small_int(id);
     n = small_int(cnt);
-    if (i < 0 || n < 1 || lo < 0 || i - lo < 0 || i - lo >= n) {
+    if (n < 1 || n > 100000) { /* the I/N form's limit; the hint below needs a count */
+      fprintf(stderr, "vsalab: --shard slurm: SLURM_ARRAY_TASK_COUNT '%s' is not a task count in "
+              "[1, 100000]\n", cnt);
+      return 2;
+    }
+    if (i < 0 || lo < 0 || i - lo < 0 || i - lo >= n) {
       fprintf(stderr, "vsalab: --shard slurm: task %s of %s (min %s) is not a slice; the array"
-              " must be contiguous, e.g. --array=0-%ld\n", id, cnt, min ? min : "0",
-              n > 0 ? n - 1 : 0);
+              " must be contiguous, e.g. --array=0-%ld\n", id, cnt, min ? min : "0", n - 1);
       return 2;
     }
     i -= lo;

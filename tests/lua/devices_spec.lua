@@ -263,6 +263,11 @@ describe("run --shard, merge and logical runs", function()
     assert.same({sweep_id = "slurm-77", shard_index = 1, shard_count = 3}, r)
     assert.equal(2, (H.vsalab("run --shard slurm x.lua")))
     assert.equal(2, (H.sh("SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_TASK_COUNT=3 " .. H.exe .. " run --shard slurm x.lua")))
+    -- A count it cannot take is named as such (the hint said --array=0-0).
+    local rc2, _, err2 = H.sh("SLURM_ARRAY_TASK_ID=3 SLURM_ARRAY_TASK_COUNT=1234567890 " .. H.exe
+      .. " run --shard slurm x.lua")
+    assert.equal(2, rc2)
+    assert.truthy(err2:find("SLURM_ARRAY_TASK_COUNT '1234567890' is not a task count in [1, 100000]", 1, true), err2)
     for _, bad in ipairs{"3/3", "1/0", "a/2", "1", "-1/2", "1/2/3"} do
       assert.equal(2, (H.vsalab("run --shard " .. bad .. " x.lua")), bad)
     end
