@@ -91,10 +91,19 @@ describe("robustness", function()
 
   it("marks a run interrupted by SIGINT or SIGTERM (timeout sends two)", function()
     local dir = H.tmpdir()
-    H.write(dir .. "/loop.lua", "vsalab.log{experiment='t', kernel='k'}\nwhile true do vsalab.log{experiment='t', kernel='k'} end\n")
     for _, sig in ipairs{"INT", "TERM"} do
       local db = dir .. "/" .. sig .. ".db"
-      H.sh("timeout -s " .. sig .. " 2 " .. H.exe .. " run --db " .. db .. " " .. dir .. "/loop.lua")
+      -- The signal comes once the loop runs (its first row committed), not
+      -- at a fixed time that a slow start may not have reached. Sent to
+      -- timeout, it is passed on as timeout's own: to the run, then to the
+      -- group.
+      local ready = dir .. "/" .. sig .. ".ready"
+      H.write(dir .. "/loop.lua", string.format("vsalab.log{experiment='t', kernel='k'}\nio.open(%q, 'w'):close()\n"
+        .. "while true do vsalab.log{experiment='t', kernel='k'} end\n", ready))
+      local job = H.spawn("timeout -s " .. sig .. " 600 " .. H.exe .. " run --db " .. db .. " " .. dir .. "/loop.lua")
+      H.wait_until("the loop's first row", function() return io.open(ready) end)
+      os.execute("kill -" .. sig .. " " .. job.pid)
+      job.wait("the run to stop at SIG" .. sig)
       local d = vsalab.db_open(db, {readonly = true})
       local r = d:q("SELECT status, error FROM run")[1]
       assert.equal("interrupted", r.status)
