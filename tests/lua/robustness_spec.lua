@@ -264,18 +264,22 @@ describe("resume and point timeout", function()
 
   it("--resume refuses a run that is still running", function()
     local dir = H.tmpdir()
-    H.write(dir .. "/slow.lua", [[
+    -- The run holds after its first row until the test releases it (or
+    -- 300 s pass), so it is running whenever the resume comes.
+    H.write(dir .. "/slow.lua", string.format([[
       vsalab.log{experiment = "slow", kernel = "k"}
-      local t = os.time()
-      while os.time() - t < 4 do end
-    ]])
+      io.open(%q, "w"):close()
+      local t = vsalab.proc_now()
+      while not io.open(%q) and vsalab.proc_now() - t < 300 do os.execute("sleep 0.05") end
+    ]], dir .. "/ready", dir .. "/release"))
     local db = dir .. "/r.db"
-    os.execute(H.exe .. " run --db " .. db .. " " .. dir .. "/slow.lua >/dev/null 2>&1 &")
-    os.execute("sleep 1.5")
+    local job = H.spawn(H.exe .. " run --db " .. db .. " " .. dir .. "/slow.lua >/dev/null 2>&1")
+    H.wait_until("the run's first row", function() return io.open(dir .. "/ready") end)
     local rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/slow.lua")
+    H.write(dir .. "/release", "")
     assert.equal(2, rc, err)
     assert.truthy(err:find("still running", 1, true), err)
-    os.execute("sleep 3")
+    assert.equal(0, job.wait("the held run to finish"))
     os.execute("rm -rf " .. dir)
   end)
 
