@@ -84,10 +84,17 @@ describe("fuzz", function()
     end
     local before = 0
     for round = 1, 8 do
-      -- Start, let it commit for 50-400 ms, kill -9, then count.
-      local ms = 50 + rand(350)
-      os.execute(string.format("%s run --db %s %s/writer.lua >%s/said 2>/dev/null & pid=$!; "
-        .. "sleep %.3f; kill -9 $pid; wait $pid 2>/dev/null", H.exe, db, dir, dir, ms / 1000))
+      -- Start, wait for its first committed row (a fixed 50-400 ms from
+      -- the start killed a slow-starting writer before it logged, and such
+      -- a round checked nothing), let it commit 0-350 ms more, kill -9,
+      -- then count.
+      -- (The last round's file goes first: the writer's >said truncates
+      -- it only once the background job runs, and the wait must not see
+      -- the old lines.)
+      local ms = rand(351)
+      os.execute(string.format("rm -f %s/said; %s run --db %s %s/writer.lua >%s/said 2>/dev/null & pid=$!; "
+        .. "i=0; while [ ! -s %s/said ] && [ $i -lt 2400 ]; do sleep 0.05; i=$((i + 1)); done; "
+        .. "sleep %.3f; kill -9 $pid; wait $pid 2>/dev/null", dir, H.exe, db, dir, dir, dir, ms / 1000))
       local n, ok = count()
       assert.equal("ok", ok)
       local said = 0
@@ -101,6 +108,7 @@ describe("fuzz", function()
         end
       end
       d:close()
+      assert(said > 0, string.format("round %d: the writer said no committed row before its kill (120 s at most)", round))
       assert(n >= before + said, string.format("round %d: %d rows after the kill, %d before + %d said",
         round, n, before, said))
       before = n
