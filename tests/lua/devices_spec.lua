@@ -8,7 +8,8 @@ local H = require "helpers"
 -- estimate), so longest-first hands them out n, n-1, ... Each row notes
 -- the worker's CUDA_VISIBLE_DEVICES. VSALAB_TEST_DIE=k: the worker that
 -- gets point k kills itself (SIGKILL) before logging it. VSALAB_TEST_SPIN=s:
--- every point busy-waits s seconds (calling C, so an interrupt is seen).
+-- every point busy-waits s seconds (calling C, so an interrupt is seen);
+-- VSALAB_TEST_HOLD=s: the same, after logging its row.
 local script = [[
 local dispatch = require "vsalab.dispatch"
 local n = tonumber(os.getenv("VSALAB_TEST_POINTS") or "6")
@@ -16,12 +17,15 @@ local configs = {}
 for k = 1, n do configs[k] = {k = k, hash = vsalab.sweep.hash{k = k}} end
 local die = tonumber(os.getenv("VSALAB_TEST_DIE") or "")
 local spin = tonumber(os.getenv("VSALAB_TEST_SPIN") or "0")
+local hold = tonumber(os.getenv("VSALAB_TEST_HOLD") or "0")
 for i, c in dispatch.each("t", configs, function(c) return c.k end) do
   if c.k == die then vsalab.proc_self_kill() end
   local t = vsalab.proc_now()
   while vsalab.proc_now() - t < spin do end
   vsalab.log{experiment = "t", kernel = "k", point_hash = c.hash, B = c.k, ms_median = 1,
     note = os.getenv("CUDA_VISIBLE_DEVICES")}
+  t = vsalab.proc_now()
+  while vsalab.proc_now() - t < hold do end
 end
 ]]
 
@@ -146,27 +150,26 @@ describe("run --devices (fake GPUs, workers on the CPU)", function()
 
   it("stops every worker on SIGINT and marks the run interrupted", function()
     local db = dir .. "/d.db"
-    os.execute("VSALAB_TEST_POINTS=40 VSALAB_TEST_SPIN=0.2 VSALAB_FAKE_DEVICES=2 " .. H.exe
+    -- Each worker logs its first point's row, then holds that point (600
+    -- s): once two rows are in, both workers are busy, and whenever the
+    -- interrupt comes, no further row can be.
+    os.execute("VSALAB_TEST_POINTS=40 VSALAB_TEST_HOLD=600 VSALAB_FAKE_DEVICES=2 " .. H.exe
       .. " run --devices all --db " .. db .. " " .. dir .. "/pts.lua >" .. dir .. "/out 2>&1 & echo $! >" .. dir .. "/pid")
     local f = io.open(dir .. "/pid")
     local pid = f:read("*l")
     f:close()
-    -- Wait for the first committed row, then interrupt the coordinator only.
-    local t0 = vsalab.proc_now()
-    while vsalab.proc_now() - t0 < 20 do
+    -- Wait for both rows, then interrupt the coordinator only.
+    H.wait_until("both workers' first rows", function()
       local ok, n = pcall(function()
         local d = open(db)
         local c = d:q("SELECT count(*) AS n FROM result")[1].n
         d:close()
         return c
       end)
-      if ok and n >= 2 then break end
-      os.execute("sleep 0.05")
-    end
+      return ok and n >= 2
+    end)
     os.execute("kill -INT " .. pid)
-    t0 = vsalab.proc_now()
-    while not pid_gone(pid) and vsalab.proc_now() - t0 < 20 do os.execute("sleep 0.05") end
-    assert.is_true(pid_gone(pid), "the coordinator did not stop")
+    H.wait_until("the coordinator to stop", function() return pid_gone(pid) end)
     f = io.open(dir .. "/out")
     local out = f:read("*a")
     f:close()
@@ -176,12 +179,16 @@ describe("run --devices (fake GPUs, workers on the CPU)", function()
       assert.is_true(pid_gone(wpid), "worker " .. wpid .. " still runs")
     end
     assert.equal(2, workers, out)
+    -- Each worker stopped at the interrupt (not killed after the grace).
+    for g = 0, 1 do
+      assert.truthy(out:find("\ngpu" .. g .. "| vsalab: [^\n]*interrupted! %(SIGINT%)"), out)
+    end
     local d = open(db)
     local run = d:q("SELECT status FROM run")[1]
     local n = d:q("SELECT count(*) AS n FROM result")[1].n
     d:close()
     assert.equal("interrupted", run.status)
-    assert.is_true(n >= 2 and n < 40, tostring(n))
+    assert.equal(2, n)
   end)
 
   it("refuses bad device lists and combinations with exit 2", function()

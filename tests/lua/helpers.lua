@@ -57,6 +57,50 @@ function H.write(path, text)
   f:close()
 end
 
+-- Poll cond() every 0.05 s until it returns a true value, which is
+-- returned; after limit seconds (default 120) fail naming what was awaited.
+-- Tests wait for what they need to see, never for a fixed time: only a
+-- failing test waits the whole limit (CI runs the specs under ASan on a
+-- loaded host).
+function H.wait_until(what, cond, limit)
+  local t0 = vsalab.proc_now()
+  while true do
+    local v = cond()
+    if v then return v end
+    if vsalab.proc_now() - t0 > (limit or 120) then
+      error("waited " .. (limit or 120) .. " s for " .. what, 2)
+    end
+    os.execute("sleep 0.05")
+  end
+end
+
+-- Start cmd (a shell command that redirects its own output) in the
+-- background. Returns a job: job.pid, job.rc() -> its exit status once it
+-- has ended (128 + N for signal N), else nil; job.wait(what, limit) waits
+-- for the end (H.wait_until) and returns the status.
+function H.spawn(cmd)
+  local dir = H.tmpdir()
+  os.execute("(" .. cmd .. " & echo $! >" .. dir .. "/pid.tmp; mv " .. dir .. "/pid.tmp " .. dir
+    .. "/pid; wait $!; echo $? >" .. dir .. "/rc.tmp; mv " .. dir .. "/rc.tmp " .. dir .. "/rc) </dev/null >/dev/null 2>&1 &")
+  local function read(name)
+    local f = io.open(dir .. "/" .. name)
+    if not f then return nil end
+    local v = tonumber(f:read("*l"))
+    f:close()
+    return v
+  end
+  local job = {pid = H.wait_until("the background command to start", function() return read("pid") end)}
+  function job.rc()
+    if job.status == nil then
+      job.status = read("rc")
+      if job.status then os.execute("rm -rf " .. dir) end
+    end
+    return job.status
+  end
+  function job.wait(what, limit) return H.wait_until(what or "the background command to end", job.rc, limit) end
+  return job
+end
+
 -- The message of the error fn raises (fails the test if it does not).
 function H.err(fn, ...)
   local ok, e = pcall(fn, ...)

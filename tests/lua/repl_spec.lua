@@ -27,6 +27,17 @@ describe("vsalab repl", function()
     end
     error("the REPL never showed " .. text .. "; screen:\n" .. screen(ses))
   end
+  -- Ctrl-C at the prompt, then wait for the fresh empty prompt: keys sent
+  -- before it could be read into the line the signal then drops (the
+  -- signal overtakes them when the REPL waits for the CPU).
+  local function drop_line(ses)
+    tmux("send-keys -t " .. (ses or "r") .. " C-c")
+    for _ = 1, 300 do
+      if screen(ses):gsub("%s+$", ""):match("\n>$") then return true end
+      os.execute("sleep 0.1")
+    end
+    error("the REPL never showed an empty prompt after Ctrl-C; screen:\n" .. screen(ses))
+  end
   local function type_line(s, ses)
     tmux("send-keys -t " .. (ses or "r") .. " -l " .. string.format("%q", s))
     tmux("send-keys -t " .. (ses or "r") .. " Enter")
@@ -59,16 +70,16 @@ describe("vsalab repl", function()
     tmux("send-keys -t r -l 'vsalab.invert_i'")
     tmux("send-keys -t r Tab")
     wait_for("vsalab.invert_indices")
-    tmux("send-keys -t r C-c")
+    drop_line()
     -- Lazily loaded fields and tensor properties complete too.
     tmux("send-keys -t r -l 'vsalab.cas'")
     tmux("send-keys -t r Tab")
     wait_for("vsalab.cases")
-    tmux("send-keys -t r C-c")
+    drop_line()
     tmux("send-keys -t r -l 't.sha'")
     tmux("send-keys -t r Tab")
     wait_for("t.shape")
-    tmux("send-keys -t r C-c")
+    drop_line()
     -- Ctrl-C only once the loop runs (a signal overtakes queued input).
     type_line("print('loop' .. 'ing') while true do end")
     wait_for("\nlooping")
@@ -77,10 +88,13 @@ describe("vsalab repl", function()
     type_line("'alive ' .. 42")
     wait_for("alive 42")
     tmux("send-keys -t r C-d")
-    for _ = 1, 50 do
-      if tmux("has-session -t r") ~= 0 then break end
+    -- The history is written as the REPL leaves (30 s: ASan, loaded host).
+    local left = false
+    for _ = 1, 300 do
+      if tmux("has-session -t r") ~= 0 then left = true; break end
       os.execute("sleep 0.1")
     end
+    assert(left, "the REPL did not leave at Ctrl-D; screen:\n" .. screen())
     local f = io.open(dir .. "/.vsalab_history")
     assert.truthy(f, "no history file")
     local hist = f:read("*a")

@@ -91,10 +91,19 @@ describe("robustness", function()
 
   it("marks a run interrupted by SIGINT or SIGTERM (timeout sends two)", function()
     local dir = H.tmpdir()
-    H.write(dir .. "/loop.lua", "vsalab.log{experiment='t', kernel='k'}\nwhile true do vsalab.log{experiment='t', kernel='k'} end\n")
     for _, sig in ipairs{"INT", "TERM"} do
       local db = dir .. "/" .. sig .. ".db"
-      H.sh("timeout -s " .. sig .. " 2 " .. H.exe .. " run --db " .. db .. " " .. dir .. "/loop.lua")
+      -- The signal comes once the loop runs (its first row committed), not
+      -- at a fixed time that a slow start may not have reached. Sent to
+      -- timeout, it is passed on as timeout's own: to the run, then to the
+      -- group.
+      local ready = dir .. "/" .. sig .. ".ready"
+      H.write(dir .. "/loop.lua", string.format("vsalab.log{experiment='t', kernel='k'}\nio.open(%q, 'w'):close()\n"
+        .. "while true do vsalab.log{experiment='t', kernel='k'} end\n", ready))
+      local job = H.spawn("timeout -s " .. sig .. " 600 " .. H.exe .. " run --db " .. db .. " " .. dir .. "/loop.lua")
+      H.wait_until("the loop's first row", function() return io.open(ready) end)
+      os.execute("kill -" .. sig .. " " .. job.pid)
+      job.wait("the run to stop at SIG" .. sig)
       local d = vsalab.db_open(db, {readonly = true})
       local r = d:q("SELECT status, error FROM run")[1]
       assert.equal("interrupted", r.status)
@@ -255,25 +264,32 @@ describe("resume and point timeout", function()
 
   it("--resume refuses a run that is still running", function()
     local dir = H.tmpdir()
-    H.write(dir .. "/slow.lua", [[
+    -- The run holds after its first row until the test releases it (or
+    -- 300 s pass), so it is running whenever the resume comes.
+    H.write(dir .. "/slow.lua", string.format([[
       vsalab.log{experiment = "slow", kernel = "k"}
-      local t = os.time()
-      while os.time() - t < 4 do end
-    ]])
+      io.open(%q, "w"):close()
+      local t = vsalab.proc_now()
+      while not io.open(%q) and vsalab.proc_now() - t < 300 do os.execute("sleep 0.05") end
+    ]], dir .. "/ready", dir .. "/release"))
     local db = dir .. "/r.db"
-    os.execute(H.exe .. " run --db " .. db .. " " .. dir .. "/slow.lua >/dev/null 2>&1 &")
-    os.execute("sleep 1.5")
+    local job = H.spawn(H.exe .. " run --db " .. db .. " " .. dir .. "/slow.lua >/dev/null 2>&1")
+    H.wait_until("the run's first row", function() return io.open(dir .. "/ready") end)
     local rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/slow.lua")
+    H.write(dir .. "/release", "")
     assert.equal(2, rc, err)
     assert.truthy(err:find("still running", 1, true), err)
-    os.execute("sleep 3")
+    assert.equal(0, job.wait("the held run to finish"))
     os.execute("rm -rf " .. dir)
   end)
 
   it("--point-timeout skips a slow point and goes on", function()
     local dir = H.tmpdir()
     -- The first point is slow by construction, whatever the host's speed:
-    -- a backward that takes 60 s (in steps the timer can interrupt).
+    -- a backward that takes 60 s (in steps the timer can interrupt). The
+    -- timer gives each point 5 s: the second point takes about 0.3 s (the
+    -- reference's 0.25 s of samples, then its check), 0.5 under ASan on a
+    -- loaded host, so a 0.5 s timer skipped it too there.
     H.write(dir .. "/slow.lua", [[
       local exp = require "vsalab.experiment"
       local backends = require "vsalab.backends"
@@ -289,12 +305,12 @@ describe("resume and point timeout", function()
         {B = 1, H = 1, Sq = 128, D = 16, topk = 1}}}
     ]])
     local db = dir .. "/t.db"
-    local rc, _, err = H.vsalab("run --db " .. db .. " --point-timeout 0.5 " .. dir .. "/slow.lua")
+    local rc, _, err = H.vsalab("run --db " .. db .. " --point-timeout 5 " .. dir .. "/slow.lua")
     assert(rc == 0, err)
     local d = vsalab.db_open(db, {readonly = true})
     local rows = d:q("SELECT kernel, note, passed FROM result WHERE kernel <> 'invert' ORDER BY id")
     assert.equal("config", rows[1].kernel)
-    assert.equal("skipped (timeout after 0.5 s)", rows[1].note)
+    assert.equal("skipped (timeout after 5 s)", rows[1].note)
     assert.equal(2, #rows)
     assert.equal("reference", rows[#rows].kernel)
     assert.equal(1, rows[#rows].passed)
