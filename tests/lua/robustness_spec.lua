@@ -114,6 +114,45 @@ describe("robustness", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("takes one process's repeated signal as one interrupt, and a later one as a forced exit", function()
+    local dir = H.tmpdir()
+    -- The script's error handler takes `slow` seconds, so the run is still
+    -- unwinding when the second signal comes 0.6 s after the first (more
+    -- than the 0.2 s a terminal's pair gets: a loaded host can put that much
+    -- between `timeout`'s signal to the process and to its group).
+    local function run_twice(gap, slow)
+      local db = dir .. "/" .. gap .. ".db"
+      local ready = dir .. "/" .. gap .. ".ready"
+      H.write(dir .. "/slow.lua", string.format([[
+        local function loop()
+          vsalab.log{experiment = 't', kernel = 'k'}
+          io.open(%q, 'w'):close()
+          -- (a C call each turn: LuaJIT's compiled loops run no hooks)
+          while true do vsalab.interrupt_pending() end
+        end
+        xpcall(loop, function(e) os.execute('sleep %g') return e end)
+      ]], ready, slow))
+      local job = H.spawn(H.exe .. " run --db " .. db .. " " .. dir .. "/slow.lua")
+      H.wait_until("the loop", function() return io.open(ready) end)
+      -- Both from one shell: the same sender.
+      os.execute(string.format("sh -c 'kill -TERM %d; sleep %g; kill -TERM %d' 2>/dev/null", job.pid, gap, job.pid))
+      local rc = job.wait("the run to stop")
+      local d = vsalab.db_open(db, {readonly = true})
+      local status = d:q("SELECT status FROM run")[1].status
+      d:close()
+      return rc, status
+    end
+    local rc, status = run_twice(0.6, 3)
+    assert.is_not.equal(128 + 15, rc)
+    assert.equal("interrupted", status)
+    -- 2.5 s later, from the same shell: a person insisting. It exits at
+    -- once, by the signal (the run row is left as it was).
+    rc, status = run_twice(2.5, 30)
+    assert.equal(128 + 15, rc)
+    assert.equal("running", status)
+    os.execute("rm -rf " .. dir)
+  end)
+
   it("rejects an out-of-range density from -a as a usage error, before any run row", function()
     local dir = H.tmpdir()
     local smoke = H.root .. "/experiments/smoke.lua"
