@@ -223,7 +223,8 @@ describe("crashes and lost runs", function()
     local ready = dir .. "/pid"
     local s2 = script(dir, "long2.lua", string.format("local f = io.open(%q, 'w') f:write(vsalab.context.pid, '\\n') f:close()\n"
       .. "vsalab.zeros({1}):expand({2^36}):fill(1)\n", ready))
-    local job = H.spawn("timeout --preserve-status -s INT -k 30 600 " .. H.exe .. " run " .. s2 .. " >/dev/null 2>&1")
+    local job = H.spawn("timeout --preserve-status -s INT -k 30 600 " .. H.exe .. " run " .. s2 .. " >/dev/null 2>"
+      .. dir .. "/err")
     local pid = H.wait_until("the script's pid", function()
       local f = io.open(ready)
       local p = f and tonumber(f:read("*l"))
@@ -241,6 +242,13 @@ describe("crashes and lost runs", function()
     H.wait_until("0.3 s of the fill's CPU time", function() return (cpu_ticks() or math.huge) >= t_ready + 30 end)
     os.execute("kill -INT " .. job.pid)
     assert.equal(1, job.wait("the run to stop at SIGINT"))
+    -- Said as an interrupt (the still-armed hook made it "error in error
+    -- handling").
+    local f = assert(io.open(dir .. "/err"))
+    local err2 = f:read("*a")
+    f:close()
+    assert.truthy(err2:find("interrupted! (SIGINT)", 1, true), err2)
+    assert.falsy(err2:find("error in error handling", 1, true), err2)
     os.execute("rm -rf " .. dir)
   end)
 end)
