@@ -83,6 +83,9 @@ collect_in(lua_State *L)
   const char *sep = strrchr(text, '.');
   const char *colon = strrchr(text, ':');
   if (colon && (!sep || colon > sep)) sep = colon;
+  /* After ':' only what can be called as a method: a userdata's methods,
+   * a table's functions (t:shape would be an error). */
+  int method_call = sep && *sep == ':';
   size_t base = sep ? (size_t)(sep - text) : 0;
   const char *prefix = sep ? sep + 1 : text;
   size_t plen = strlen(prefix);
@@ -95,7 +98,8 @@ collect_in(lua_State *L)
   int top = lua_gettop(L);
   if (lua_isuserdata(L, top) && lua_getmetatable(L, top)) {
     lua_getfield(L, -1, "methods");
-    lua_getfield(L, -2, "properties");
+    if (method_call) lua_pushnil(L);
+    else lua_getfield(L, -2, "properties");
     lua_remove(L, top + 1);
   } else if (lua_istable(L, top)) {
     lua_pushvalue(L, top);
@@ -120,7 +124,9 @@ collect_in(lua_State *L)
         }
       } else {
         if (lua_next(L, src) == 0) break;
+        int callable = lua_isfunction(L, -1);
         lua_pop(L, 1);
+        if (method_call && !callable && src == top + 1 && lua_istable(L, top)) continue;
       }
       if (lua_type(L, -1) != LUA_TSTRING) continue;
       const char *k = lua_tostring(L, -1);

@@ -80,6 +80,18 @@ describe("vsalab repl", function()
     tmux("send-keys -t r Tab")
     wait_for("t.shape")
     drop_line()
+    -- After ':' only methods: t:fi completes, t:sha does not (t:shape is
+    -- no call). The marker typed after the Tab shows the Tab was read.
+    tmux("send-keys -t r -l 't:fi'")
+    tmux("send-keys -t r Tab")
+    wait_for("t:fill")
+    drop_line()
+    tmux("send-keys -t r -l 't:sha'")
+    tmux("send-keys -t r Tab")
+    tmux("send-keys -t r -l ' -- read'")
+    wait_for("t:sha -- read")
+    assert.falsy(screen():find("t:shape", 1, true), screen())
+    drop_line()
     -- Ctrl-C only once the loop runs (a signal overtakes queued input).
     type_line("print('loop' .. 'ing') while true do end")
     wait_for("\nlooping")
