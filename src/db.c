@@ -443,7 +443,9 @@ open_connection(vsa_db *db)
   if (db->immutable) { /* file:PATH?immutable=1, PATH percent-encoded */
     size_t n = strlen(db->path);
     if (!(uri = malloc(3 * n + 32))) return vsa_fail("db: out of memory");
-    char *w = uri + sprintf(uri, "file:");
+    /* An absolute path gets an empty authority: "file:" + "//x/t.db"
+     * would name host x. */
+    char *w = uri + sprintf(uri, db->path[0] == '/' ? "file://" : "file:");
     for (const unsigned char *c = (const unsigned char *)db->path; *c; c++)
       w += (*c == '%' || *c == '?' || *c == '#' || *c < 0x20) ? sprintf(w, "%%%02X", *c)
                                                                : (*w = (char)*c, 1);

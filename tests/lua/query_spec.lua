@@ -95,6 +95,10 @@ describe("result queries", function()
     end
     local _, out = ro_vsalab("query --format csv --db " .. ro .. "/t.db \"SELECT count(*) AS n FROM result\"")
     assert.equal("n\n8\n", out)
+    -- A path with a leading "//" is a path, not a URI's host.
+    local rc2, out2, err2 = ro_vsalab("query --format csv --db /" .. ro .. "/t.db \"SELECT count(*) AS n FROM result\"")
+    assert.equal(0, rc2, err2)
+    assert.equal("n\n8\n", out2)
     -- Another writer's log pending beside it: refused, saying why.
     os.execute("chmod 755 " .. ro .. " && head -c 64 /dev/urandom > " .. ro .. "/t.db-wal && chmod 644 " ..
       ro .. "/t.db-wal")
