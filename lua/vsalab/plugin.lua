@@ -51,9 +51,11 @@ end
 
 -- The SHA-256 of the library file (coreutils' sha256sum), or nil: stored
 -- with each row's backend, so `vsalab rerun` can say when the library it
--- loads again is not the one that was measured.
+-- loads again is not the one that was measured. Read from stdin: for a
+-- file name with a backslash or a newline sha256sum escapes its line
+-- ("\HASH  NAME"), which hid the hash.
 function M.file_sha256(path)
-  local h = io.popen("sha256sum -- '" .. tostring(path):gsub("'", "'\\''") .. "' 2>/dev/null")
+  local h = io.popen("sha256sum 2>/dev/null < '" .. tostring(path):gsub("'", "'\\''") .. "'")
   if not h then return nil end
   local line = h:read("*l")
   h:close()

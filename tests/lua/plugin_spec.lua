@@ -153,6 +153,27 @@ describe("plugin= on the command line", function()
     assert.is_not.equal(first, all[4])
   end)
 
+  it("hashes a library whose path has a backslash, a quote and a space", function()
+    -- sha256sum escapes its line for a name with a backslash: the hash was lost.
+    local function q(x) return "'" .. x:gsub("'", "'\\''") .. "'" end
+    local odd = dir .. "/odd \\ it's " .. H.seed()
+    os.execute("mkdir -p " .. q(odd) .. " && cp " .. lib .. " " .. q(odd .. "/lib\\x.so"))
+    local copy = odd .. "/lib\\x.so"
+    local h = dir .. "/odd.db"
+    local rc, _, err = H.vsalab("run --db " .. h .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] "
+      .. q("plugin=" .. copy) .. " plugin_name=odd")
+    assert(rc == 0, err)
+    local _, sum = H.sh("sha256sum < " .. q(copy))
+    local rows = vsalab.db_open(h, {readonly = true}):q(
+      "SELECT id, json_extract(extra, '$.backend.sha256') AS sha FROM result WHERE kernel = 'odd' ORDER BY id")
+    assert.equal(2, #rows)
+    assert.equal(sum:match("^(%x+)"), rows[1].sha)
+    os.execute("printf x >> " .. q(copy))
+    rc, _, err = H.vsalab("rerun --db " .. h .. " " .. rows[1].id)
+    assert(rc == 0, err)
+    assert.truthy(err:find("changed since it was measured", 1, true), err)
+  end)
+
   it("logs a failing plug-in's points as failed with its message and goes on", function()
     local f = dir .. "/f.db"
     local rc, _, err = H.vsalab("run --db " .. f .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" ..
