@@ -54,8 +54,9 @@ function M.main(argv)
   if extra.backend then
     local okb, why = pcall(require("vsalab.backends").restore, extra.backend)
     if not okb then
+      -- The library's problem (deleted, rebuilt broken), not vsalab's: no source line.
       io.stderr:write("vsalab rerun: row ", row_id, ": cannot load backend ", tostring(r.kernel), ": ",
-        tostring(why), "\n")
+        (tostring(why):gsub("^[^:\n]*%.lua:%d+: ", "")), "\n")
       return 2
     end
   end

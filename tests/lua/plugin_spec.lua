@@ -172,6 +172,12 @@ describe("plugin= on the command line", function()
     rc, _, err = H.vsalab("rerun --db " .. h .. " " .. rows[1].id)
     assert(rc == 0, err)
     assert.truthy(err:find("changed since it was measured", 1, true), err)
+    -- Deleted since: the file named, no source line of vsalab's.
+    os.execute("rm " .. q(copy))
+    rc, _, err = H.vsalab("rerun --db " .. h .. " " .. rows[1].id)
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("cannot load backend odd: plugin: no file '" .. copy .. "'", 1, true), err)
+    assert.falsy(err:find(".lua:", 1, true), err)
   end)
 
   it("logs a failing plug-in's points as failed with its message and goes on", function()
