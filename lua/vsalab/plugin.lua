@@ -68,6 +68,14 @@ local function stem(path)
   return (base:gsub("^lib", ""):gsub("%.so[%.%d]*$", ""):gsub("%.dylib$", ""))
 end
 
+-- The backend name a plug-in gets without name=: "build/libmine.so" ->
+-- "mine", or "mine.SYMBOL" for another symbol than the default.
+function M.default_name(path, symbol)
+  return (symbol or M.default_symbol) == M.default_symbol and stem(path) or stem(path) .. "." .. symbol
+end
+
+M.name_pattern = "^[%w_.:%-]+$"
+
 -- The ABI's lists from p's: q2k by inverting k2q (validates every row),
 -- k2q by inverting that back (ascending q blocks, width nq).
 local function canonical(p)
@@ -102,8 +110,8 @@ function M.load(o)
   if o.user_data ~= nil and type(o.user_data) ~= "userdata" then
     error("backends.load: field 'user_data' must be a light userdata", 2)
   end
-  local name = o.name or (symbol == M.default_symbol and stem(o.path) or stem(o.path) .. "." .. symbol)
-  if type(name) ~= "string" or not name:match("^[%w_.:%-]+$") then
+  local name = o.name or M.default_name(o.path, symbol)
+  if type(name) ~= "string" or not name:match(M.name_pattern) then
     error("backends.load: field 'name' must be letters, digits and _ . : - (got " .. tostring(name) .. ")", 2)
   end
   local pl = core.plugin_open(o.path, symbol, name)

@@ -229,5 +229,18 @@ describe("plugin= on the command line", function()
     assert.equal(2, rc)
     assert.truthy(err:find("no file", 1, true), err)
     assert.falsy(err:find("stack traceback", 1, true), err)
+    -- Named by the argument given, not by backends.load's fields.
+    local spaced = dir .. "/libwith space" .. H.seed() .. ".so"
+    os.execute("cp " .. lib .. " '" .. spaced .. "'")
+    for args, want in pairs{
+        ["plugin="] = "argument 'plugin': expected the path of a shared library",
+        ["plugin=" .. lib .. " plugin_name=a/b"] = "argument 'plugin_name': letters, digits and _ . : - only, got 'a/b'",
+        ["'plugin=" .. spaced .. "'"] = "argument 'plugin': the backend name from its file name, 'with space",
+      } do
+      rc, _, err = H.vsalab("run --db " .. dir .. "/x.db " .. H.root .. "/experiments/smoke.lua " .. args)
+      assert.equal(2, rc, args)
+      assert.truthy(err:find(want, 1, true), err)
+      assert.falsy(err:find("field", 1, true), err)
+    end
   end)
 end)
