@@ -433,7 +433,10 @@ function M.run_config(e, i, c, device, seed, rows, n)
     end
     if c.only_kernel == "invert" and not done.invert then todo[#todo + 1] = "invert" end
     if (done.invert or (c.only_kernel and c.only_kernel ~= "invert")) and #todo == 0 then
-      report.progress(i, n, "already measured in this run (resume)")
+      -- A rerun's kernel that does not run here is not a resumed point.
+      local only = c.only_kernel and c.only_kernel ~= "invert" and not done[c.only_kernel] and c.only_kernel
+      report.progress(i, n, only and (only .. " does not run on " .. device .. " here: nothing to measure")
+        or "already measured in this run (resume)")
       return "done"
     end
     -- The problem is the point itself, less its display label.
