@@ -443,7 +443,8 @@ open_connection(vsa_db *db)
   if (db->immutable) { /* file:PATH?immutable=1, PATH percent-encoded */
     size_t n = strlen(db->path);
     if (!(uri = malloc(3 * n + 32))) return vsa_fail("db: out of memory");
-    /* an absolute path after an empty authority: "//x" stays a path */
+    /* An absolute path gets an empty authority: "file:" + "//x/t.db"
+     * would name host x. */
     char *w = uri + sprintf(uri, db->path[0] == '/' ? "file://" : "file:");
     for (const unsigned char *c = (const unsigned char *)db->path; *c; c++)
       w += (*c == '%' || *c == '?' || *c == '#' || *c < 0x20) ? sprintf(w, "%%%02X", *c)
@@ -512,18 +513,22 @@ prepare_all(vsa_db *db)
   return 0;
 }
 
-/* Whether a non-empty PATH-wal file lies beside the database. */
-static int
+/* The non-empty -wal file beside the database (malloc'd; NULL when none).
+ * SQLite keeps it beside the file a symbolic link names, not beside the
+ * link: look there. */
+static char *
 wal_pending(const char *path)
 {
-  size_t n = strlen(path) + 5;
+  char *real = realpath(path, NULL);
+  const char *db = real ? real : path;
+  size_t n = strlen(db) + 5;
   char *wal = malloc(n);
-  if (!wal) return 1;
-  snprintf(wal, n, "%s-wal", path);
+  if (wal) snprintf(wal, n, "%s-wal", db);
+  free(real);
   struct stat st;
-  int pending = stat(wal, &st) == 0 && st.st_size > 0;
+  if (wal && stat(wal, &st) == 0 && st.st_size > 0) return wal;
   free(wal);
-  return pending;
+  return NULL;
 }
 
 int
@@ -554,9 +559,11 @@ vsa_db_open(vsa_db **out, const char *path, int readonly)
   if (bad && db->readonly && db->h && strcmp(path, ":memory:") != 0) {
     int code = sqlite3_extended_errcode(db->h) & 0xff;
     if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN) {
-      if (wal_pending(path)) {
+      char *wal = wal_pending(path);
+      if (wal) {
         vsa_fail("db '%s': cannot read it without write access to its directory: "
-                 "another writer's log (%s-wal) is pending", path, path);
+                 "another writer's log (%s) is pending", path, wal);
+        free(wal);
       } else {
         sqlite3_close_v2(db->h);
         db->h = NULL;

@@ -567,6 +567,18 @@ l_db_q(lua_State *L)
   return 2;
 }
 
+/* db:run_id() -> the run the last begin_run began and no end_run ended,
+ * or nil: how a caller interrupted as begin_run returned (a signal's hook
+ * fires before the id is stored) finds the row it must close. */
+static int
+l_db_run_id(lua_State *L)
+{
+  l_db *u = check_open(L);
+  if (u->run_id == VSA_DB_NULL) lua_pushnil(L);
+  else lua_pushnumber(L, (lua_Number)u->run_id);
+  return 1;
+}
+
 /* db:path() -> the path given to db_open */
 static int
 l_db_path(lua_State *L)
@@ -604,6 +616,7 @@ static const luaL_Reg db_methods[] = {
   {"end_run", l_db_end_run},
   {"log", l_db_log},
   {"q", l_db_q},
+  {"run_id", l_db_run_id},
   {"path", l_db_path},
   {"close", l_db_close},
   {NULL, NULL},

@@ -40,10 +40,21 @@ M.common_args = {plugin = true, plugin_symbol = true, plugin_name = true, peers 
 local function apply_common(c)
   local backends = require "vsalab.backends"
   if c.plugin then
-    -- A plug-in that cannot be loaded is the user's mistake: exit 2, no traceback.
-    usage.wrap(backends.load, {path = tostring(c.plugin),
-      symbol = c.plugin_symbol and tostring(c.plugin_symbol),
-      name = c.plugin_name and tostring(c.plugin_name)})
+    -- A plug-in that cannot be loaded is the user's mistake: exit 2, no
+    -- traceback, naming the argument (not backends.load's fields).
+    local plugin = require "vsalab.plugin"
+    local path, symbol = tostring(c.plugin), c.plugin_symbol and tostring(c.plugin_symbol)
+    local name = c.plugin_name and tostring(c.plugin_name)
+    if path == "" then usage.error("argument 'plugin': expected the path of a shared library (plugin=build/libmine.so)") end
+    if name and not name:match(plugin.name_pattern) then
+      usage.error("argument 'plugin_name': letters, digits and _ . : - only, got '" .. name .. "'")
+    end
+    local derived = plugin.default_name(path, symbol)
+    if not name and not derived:match(plugin.name_pattern) then
+      usage.error("argument 'plugin': the backend name from its file name, '" .. derived
+        .. "', is not letters, digits and _ . : - only: give plugin_name=NAME")
+    end
+    usage.wrap(backends.load, {path = path, symbol = symbol, name = name})
   elseif c.plugin_symbol or c.plugin_name then
     usage.error("argument 'plugin_symbol'/'plugin_name': give plugin=PATH too")
   end
@@ -422,7 +433,10 @@ function M.run_config(e, i, c, device, seed, rows, n)
     end
     if c.only_kernel == "invert" and not done.invert then todo[#todo + 1] = "invert" end
     if (done.invert or (c.only_kernel and c.only_kernel ~= "invert")) and #todo == 0 then
-      report.progress(i, n, "already measured in this run (resume)")
+      -- A rerun's kernel that does not run here is not a resumed point.
+      local only = c.only_kernel and c.only_kernel ~= "invert" and not done[c.only_kernel] and c.only_kernel
+      report.progress(i, n, only and (only .. " does not run on " .. device .. " here: nothing to measure")
+        or "already measured in this run (resume)")
       return "done"
     end
     -- The problem is the point itself, less its display label.

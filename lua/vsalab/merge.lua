@@ -14,7 +14,7 @@
 -- the merge created it).
 --
 -- Exit status: 0 merged, 1 the merge failed (OUT unchanged), 2 usage: a
--- missing IN, OUT named as an input, a schema version mismatch.
+-- missing IN, OUT named as an input, a schema version mismatch, a damaged file.
 local core = require "vsalab.core"
 local paths = require "vsalab.paths"
 
@@ -193,8 +193,12 @@ function M.main(argv)
     if created then
       for _, suffix in ipairs{"", "-wal", "-shm", "-journal"} do os.remove(out_path .. suffix) end
     end
+    -- A file SQLite finds damaged mid-read is the user's to mend, as at
+    -- open (exit 2); the message names the file, not a line of merge.lua.
+    local msg = tostring(err):gsub("\nstack traceback:.*", ""):gsub("^[^:\n]*%.lua:%d+: ", "")
+    local damaged = msg:find("malformed", 1, true) or msg:find("not a database", 1, true)
     return fail("failed, " .. out_path .. (created and " not created" or " unchanged") .. ": "
-      .. tostring(err):gsub("\nstack traceback:.*", ""), 1)
+      .. msg, damaged and 2 or 1)
   end
   out:close()
   print(string.format("merged %d file%s into %s", #srcs, #srcs == 1 and "" or "s", out_path))

@@ -51,9 +51,11 @@ end
 
 -- The SHA-256 of the library file (coreutils' sha256sum), or nil: stored
 -- with each row's backend, so `vsalab rerun` can say when the library it
--- loads again is not the one that was measured.
+-- loads again is not the one that was measured. Read from stdin: for a
+-- file name with a backslash or a newline sha256sum escapes its line
+-- ("\HASH  NAME"), which hid the hash.
 function M.file_sha256(path)
-  local h = io.popen("sha256sum -- '" .. tostring(path):gsub("'", "'\\''") .. "' 2>/dev/null")
+  local h = io.popen("sha256sum 2>/dev/null < '" .. tostring(path):gsub("'", "'\\''") .. "'")
   if not h then return nil end
   local line = h:read("*l")
   h:close()
@@ -65,6 +67,14 @@ local function stem(path)
   local base = path:match("([^/]+)$") or path
   return (base:gsub("^lib", ""):gsub("%.so[%.%d]*$", ""):gsub("%.dylib$", ""))
 end
+
+-- The backend name a plug-in gets without name=: "build/libmine.so" ->
+-- "mine", or "mine.SYMBOL" for another symbol than the default.
+function M.default_name(path, symbol)
+  return (symbol or M.default_symbol) == M.default_symbol and stem(path) or stem(path) .. "." .. symbol
+end
+
+M.name_pattern = "^[%w_.:%-]+$"
 
 -- The ABI's lists from p's: q2k by inverting k2q (validates every row),
 -- k2q by inverting that back (ascending q blocks, width nq).
@@ -100,8 +110,8 @@ function M.load(o)
   if o.user_data ~= nil and type(o.user_data) ~= "userdata" then
     error("backends.load: field 'user_data' must be a light userdata", 2)
   end
-  local name = o.name or (symbol == M.default_symbol and stem(o.path) or stem(o.path) .. "." .. symbol)
-  if type(name) ~= "string" or not name:match("^[%w_.:%-]+$") then
+  local name = o.name or M.default_name(o.path, symbol)
+  if type(name) ~= "string" or not name:match(M.name_pattern) then
     error("backends.load: field 'name' must be letters, digits and _ . : - (got " .. tostring(name) .. ")", 2)
   end
   local pl = core.plugin_open(o.path, symbol, name)

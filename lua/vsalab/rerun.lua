@@ -54,8 +54,9 @@ function M.main(argv)
   if extra.backend then
     local okb, why = pcall(require("vsalab.backends").restore, extra.backend)
     if not okb then
+      -- The library's problem (deleted, rebuilt broken), not vsalab's: no source line.
       io.stderr:write("vsalab rerun: row ", row_id, ": cannot load backend ", tostring(r.kernel), ": ",
-        tostring(why), "\n")
+        (tostring(why):gsub("^[^:\n]*%.lua:%d+: ", "")), "\n")
       return 2
     end
   end
@@ -78,14 +79,16 @@ function M.main(argv)
   for _, row in ipairs(rows) do
     if row.kernel == r.kernel and row.ms_median ~= nil then measured = row end
   end
-  -- The host closes the run as failed with these messages (exit 1).
+  -- The host closes the run as failed with these messages (exit 1; the
+  -- kernel's failure, not vsalab's: no traceback).
+  local usage = require "vsalab.usage"
   if not measured then
-    error(string.format("rerun of row %d: kernel '%s' did not run here (not available on %s, or the point was skipped)",
-      row_id, tostring(r.kernel), device), 0)
+    usage.fail(string.format("rerun of row %d: kernel '%s' did not run here (not available on %s, or the point was skipped)",
+      row_id, tostring(r.kernel), device))
   end
   if measured.passed == 0 or measured.passed == false then
-    error(string.format("rerun of row %d: %s failed its check this time (row %s)", row_id,
-      tostring(r.kernel), tostring(measured.id)), 0)
+    usage.fail(string.format("rerun of row %d: %s failed its check this time (row %s)", row_id,
+      tostring(r.kernel), tostring(measured.id)))
   end
   return 0
 end

@@ -152,6 +152,11 @@ end
 -- The run of this process: begun on first use (extra: run columns to set
 -- on the new row, false for NULL), or the coordinator's under --devices.
 function M.current(extra)
+  if state and not state.id then
+    -- Interrupted as begin_run returned: the row it began, if any.
+    state.id = state.db:run_id()
+    if not state.id then pcall(state.db.close, state.db); state = nil end
+  end
   if state then return state end
   -- A finalizer run when the state closes (or code after run_finish)
   -- would begin a second run row that nothing ever closes.
@@ -180,16 +185,21 @@ function M.current(extra)
       db:close()
       error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0)
     end
+    -- state first: finish() must close the row whatever interrupts below.
+    state = {db = db, id = r.id, path = path, resumed = true}
     db:q("UPDATE run SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?", r.id)
     id = r.id
   else
     local env = M.environment()
     for k, v in pairs(extra or {}) do env[k] = v or nil end
+    -- A signal's hook can fire as begin_run returns, after its commit and
+    -- before `id` is set: finish() then asks db:run_id() for the row.
+    state = {db = db, path = path, resumed = false}
     id = db:begin_run(env)
+    state.id = id
     -- The run began with the script, not at its first row.
     if ctx.started_at then db:q("UPDATE run SET started_at = ? WHERE id = ?", ctx.started_at, id) end
   end
-  state = {db = db, id = id, path = path, resumed = ctx.resume ~= nil}
   return state
 end
 
@@ -259,8 +269,9 @@ end
 function M.finish(status, err)
   if not state then return end
   local s = state
+  s.id = s.id or s.db:run_id()
   local ok, why = true, nil
-  if not s.worker then
+  if not s.worker and s.id then
     pcall(s.db.q, s.db, "PRAGMA busy_timeout = " .. LOCK_WAIT_MS)
     for _ = 1, 3 do
       ok, why = pcall(s.db.end_run, s.db, s.id, status, err)

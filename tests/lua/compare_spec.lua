@@ -178,6 +178,14 @@ describe("vsalab rerun", function()
       d:close()
       assert.equal("failed", last.status)
       assert.truthy(last.error and #last.error > 0)
+      if id == other then
+        -- A kernel that does not run here: said as such, without a
+        -- traceback, and not as a resumed point.
+        assert.truthy(err5:find("nope does not run on cpu here", 1, true), err5)
+        assert.truthy(err5:find("kernel 'nope' did not run here", 1, true), err5)
+        assert.falsy(err5:find("resume", 1, true), err5)
+        assert.falsy(err5:find("stack traceback", 1, true), err5)
+      end
     end
     os.execute("rm -rf " .. dir)
   end)

@@ -393,4 +393,21 @@ describe("run --shard, merge and logical runs", function()
     assert.equal(2, (H.vsalab("merge " .. dir .. "/m.db " .. dir .. "/none.db")))
     assert.equal(2, (H.vsalab("merge " .. dir .. "/m.db")))
   end)
+
+  it("says an input found damaged mid-read is damaged (exit 2, no source line), OUT as it was", function()
+    shard_runs(1, "--sweep-id dmg")
+    -- The run table reads; the result table's root page is zeroed.
+    local bad = dir .. "/dmg.db"
+    os.execute("cp " .. dir .. "/s0.db " .. bad)
+    local d = open(bad)
+    local root = d:q("SELECT rootpage FROM sqlite_master WHERE name = 'result'")[1].rootpage
+    local size = d:q("PRAGMA page_size")[1].page_size
+    d:close()
+    os.execute(string.format("dd if=/dev/zero of=%s bs=%d seek=%d count=1 conv=notrunc 2>/dev/null", bad, size, root - 1))
+    local rc, _, err = H.vsalab("merge " .. dir .. "/new.db " .. bad)
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("new.db not created: db '" .. bad .. "': database disk image is malformed", 1, true), err)
+    assert.falsy(err:find(".lua:", 1, true), err)
+    assert.is_nil(io.open(dir .. "/new.db"))
+  end)
 end)

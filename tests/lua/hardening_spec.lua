@@ -794,6 +794,42 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     assert.equal(1, n)
   end)
 
+  it("closes the run a signal interrupts as begin_run returns (it stayed 'running')", function()
+    -- The signal lands while begin_run's row is committed but before its id
+    -- reaches run.lua: the hook fires at the return, as a real one can.
+    for _, resume in ipairs{false, true} do
+      local db = dir .. "/begin" .. H.seed() .. ".db"
+      if resume then
+        local w = vsalab.db_open(db)
+        w:end_run(w:begin_run{script = dir .. "/begin.lua"}, "interrupted")
+        w:close()
+      end
+      local s = script(dir, "begin.lua", string.format([[
+        local core = require "vsalab.core"
+        local real_open = core.db_open
+        core.db_open = function(...)
+          local db = real_open(...)
+          return setmetatable({}, {__index = function(_, k)
+            return function(_, a, ...)
+              local r = db[k](db, a, ...)
+              if k == %q and tostring(a):find(%q, 1, true) then
+                os.execute("kill -TERM " .. vsalab.context.pid)
+              end
+              return r
+            end
+          end})
+        end
+        vsalab.log{experiment = 't', kernel = 'never'}
+      ]], resume and "q" or "begin_run", resume and "SET status = 'running'" or ""))
+      local rc, _, err = H.vsalab("run --db " .. db .. (resume and " --resume 1 " or " ") .. s)
+      assert.equal(1, rc, err)
+      local r, n = run_row(db)
+      assert.equal("interrupted", r.status, err)
+      assert.truthy(r.error:match("SIGTERM"), r.error)
+      assert.equal(0, n)
+    end
+  end)
+
   it("refuses report -o a FIFO, a link or a directory (a device such as /dev/null was replaced, a FIFO hung)", function()
     local db = dir .. "/rep.db"
     local d = vsalab.db_open(db)

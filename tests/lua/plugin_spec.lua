@@ -153,6 +153,33 @@ describe("plugin= on the command line", function()
     assert.is_not.equal(first, all[4])
   end)
 
+  it("hashes a library whose path has a backslash, a quote and a space", function()
+    -- sha256sum escapes its line for a name with a backslash: the hash was lost.
+    local function q(x) return "'" .. x:gsub("'", "'\\''") .. "'" end
+    local odd = dir .. "/odd \\ it's " .. H.seed()
+    os.execute("mkdir -p " .. q(odd) .. " && cp " .. lib .. " " .. q(odd .. "/lib\\x.so"))
+    local copy = odd .. "/lib\\x.so"
+    local h = dir .. "/odd.db"
+    local rc, _, err = H.vsalab("run --db " .. h .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] "
+      .. q("plugin=" .. copy) .. " plugin_name=odd")
+    assert(rc == 0, err)
+    local _, sum = H.sh("sha256sum < " .. q(copy))
+    local rows = vsalab.db_open(h, {readonly = true}):q(
+      "SELECT id, json_extract(extra, '$.backend.sha256') AS sha FROM result WHERE kernel = 'odd' ORDER BY id")
+    assert.equal(2, #rows)
+    assert.equal(sum:match("^(%x+)"), rows[1].sha)
+    os.execute("printf x >> " .. q(copy))
+    rc, _, err = H.vsalab("rerun --db " .. h .. " " .. rows[1].id)
+    assert(rc == 0, err)
+    assert.truthy(err:find("changed since it was measured", 1, true), err)
+    -- Deleted since: the file named, no source line of vsalab's.
+    os.execute("rm " .. q(copy))
+    rc, _, err = H.vsalab("rerun --db " .. h .. " " .. rows[1].id)
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("cannot load backend odd: plugin: no file '" .. copy .. "'", 1, true), err)
+    assert.falsy(err:find(".lua:", 1, true), err)
+  end)
+
   it("logs a failing plug-in's points as failed with its message and goes on", function()
     local f = dir .. "/f.db"
     local rc, _, err = H.vsalab("run --db " .. f .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" ..
@@ -202,5 +229,18 @@ describe("plugin= on the command line", function()
     assert.equal(2, rc)
     assert.truthy(err:find("no file", 1, true), err)
     assert.falsy(err:find("stack traceback", 1, true), err)
+    -- Named by the argument given, not by backends.load's fields.
+    local spaced = dir .. "/libwith space" .. H.seed() .. ".so"
+    os.execute("cp " .. lib .. " '" .. spaced .. "'")
+    for args, want in pairs{
+        ["plugin="] = "argument 'plugin': expected the path of a shared library",
+        ["plugin=" .. lib .. " plugin_name=a/b"] = "argument 'plugin_name': letters, digits and _ . : - only, got 'a/b'",
+        ["'plugin=" .. spaced .. "'"] = "argument 'plugin': the backend name from its file name, 'with space",
+      } do
+      rc, _, err = H.vsalab("run --db " .. dir .. "/x.db " .. H.root .. "/experiments/smoke.lua " .. args)
+      assert.equal(2, rc, args)
+      assert.truthy(err:find(want, 1, true), err)
+      assert.falsy(err:find("field", 1, true), err)
+    end
   end)
 end)

@@ -95,6 +95,10 @@ describe("result queries", function()
     end
     local _, out = ro_vsalab("query --format csv --db " .. ro .. "/t.db \"SELECT count(*) AS n FROM result\"")
     assert.equal("n\n8\n", out)
+    -- A path with a leading "//" is a path, not a URI's host.
+    local rc2, out2, err2 = ro_vsalab("query --format csv --db /" .. ro .. "/t.db \"SELECT count(*) AS n FROM result\"")
+    assert.equal(0, rc2, err2)
+    assert.equal("n\n8\n", out2)
     -- Another writer's log pending beside it: refused, saying why.
     os.execute("chmod 755 " .. ro .. " && head -c 64 /dev/urandom > " .. ro .. "/t.db-wal && chmod 644 " ..
       ro .. "/t.db-wal")
@@ -102,6 +106,14 @@ describe("result queries", function()
     local rc, _, err = ro_vsalab("runs --db " .. ro .. "/t.db")
     assert.equal(2, rc, err)
     assert.truthy(err:find("another writer's log (" .. ro .. "/t.db-wal) is pending", 1, true), err)
+    -- Named through a symbolic link (another name, another directory): the
+    -- log lies beside the file, and the link must not hide it.
+    local links = H.tmpdir()
+    os.execute("chmod 755 " .. links .. " && ln -s " .. ro .. "/t.db " .. links .. "/mine.db")
+    rc, _, err = ro_vsalab("runs --db " .. links .. "/mine.db")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("another writer's log (" .. ro .. "/t.db-wal) is pending", 1, true), err)
+    os.execute("rm -rf " .. links)
     os.execute("chmod 755 " .. ro .. " && rm -rf " .. ro)
   end)
 end)
