@@ -314,6 +314,10 @@ cmd_run(int argc, char **argv)
     fprintf(stderr, "vsalab: --check does not take --resume (check the command without it)\n");
     return 2;
   }
+  if (o.db_path && strcmp(o.db_path, ":memory:") == 0) { /* every row gone at exit */
+    fprintf(stderr, "vsalab: run --db :memory: would keep no measured row; name a file\n");
+    return 2;
+  }
   lua_State *L = vsa_host_new(&o);
   if (!L) return 1;
   /* --devices: this process coordinates one worker process per GPU, each

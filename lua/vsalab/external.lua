@@ -256,10 +256,13 @@ M.peers = {
   },
 }
 
+-- A readable file at path (a directory opens too, but reads fail).
 local function exists(path)
   local f = io.open(path, "rb")
-  if f then f:close() return true end
-  return false
+  if not f then return false end
+  local _, err = f:read(0)
+  f:close()
+  return err == nil
 end
 
 -- Whether python3 imports module (asked once per module).

@@ -174,8 +174,10 @@ dofile(%q)]], dir .. "/hang.sh", H.root .. "/experiments/smoke.lua"))
     local rc, _, err = H.sh("cd " .. cwd .. " && " .. H.exe .. " run --db " .. dir .. "/t.db " .. smoke .. " peers=triton")
     assert.equal(0, rc, err)
     assert.truthy(err:find("triton unavailable: triton runs on cuda tensors", 1, true), err)
-    -- A file missing: asked for by name, that is the user's to fix.
+    -- A file missing (a directory in its place is no file either): asked
+    -- for by name, that is the user's to fix.
     os.remove(cwd .. "/.peer/fastvideo_triton/index.py")
+    os.execute("mkdir " .. cwd .. "/.peer/fastvideo_triton/index.py")
     rc, _, err = H.sh("cd " .. cwd .. " && " .. H.exe .. " run --db " .. dir .. "/t2.db " .. smoke .. " peers=triton")
     assert.equal(2, rc, err)
     assert.truthy(err:find("argument 'peers': triton: .peer/fastvideo_triton/index.py is missing: run tests/gpu/fetch_peer.sh", 1, true), err)

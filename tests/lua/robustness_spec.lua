@@ -171,6 +171,10 @@ describe("robustness", function()
   it("rejects single-dash and empty options on the command line", function()
     assert.equal(2, (H.vsalab("run -x ok.lua")))
     assert.equal(2, (H.vsalab("run --db '' ok.lua")))
+    -- A DB that keeps nothing: every measured row would be gone at exit.
+    local rc, _, err = H.vsalab("run --db :memory: " .. H.root .. "/experiments/smoke.lua")
+    assert.equal(2, rc)
+    assert.truthy(err:find("run --db :memory: would keep no measured row", 1, true), err)
     assert.equal(2, (H.vsalab("run --seed 281474976710657 ok.lua")))
   end)
 
