@@ -258,7 +258,17 @@ function M.log(row)
     ok, id = pcall(r.db.log, r.db, t)
     pcall(r.db.q, r.db, "PRAGMA busy_timeout = " .. BUSY_MS)
   end
-  if not ok then error((tostring(id):gsub("^db:log: ", "vsalab.log: ")), 2) end
+  if not ok then
+    local msg = tostring(id)
+    -- Not the caller's row but the DB that failed (a full disk, damage):
+    -- the measurement goes to stderr, so it is not lost with the run.
+    if not msg:find("^db:log: field ") then
+      local okj, text = pcall(json.encode, t)
+      io.stderr:write("vsalab.log: this row could not be written to ", r.path, "; here it is: ",
+        okj and text or "(not encodable)", "\n")
+    end
+    error((msg:gsub("^db:log: ", "vsalab.log: ")), 2)
+  end
   return id
 end
 

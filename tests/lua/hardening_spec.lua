@@ -133,6 +133,29 @@ describe("crashes and lost runs", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("prints a row it cannot write (a full disk) on stderr, so the measurement is not lost", function()
+    local dir = H.tmpdir()
+    local s = script(dir, "full.lua", [[
+      for i = 1, 1000 do
+        vsalab.log{experiment = 'full', kernel = 'k', B = i, note = string.rep('x', 2000)}
+      end
+    ]])
+    -- A file size limit fails the DB's writes as a full disk would.
+    local rc, _, err = H.sh("cd " .. dir .. " && trap '' XFSZ; ulimit -f 128; " .. H.exe
+      .. " run --db " .. dir .. "/f.db " .. s)
+    assert.equal(1, rc, err)
+    local row = err:match("this row could not be written to [^;]+; here it is: (%b{})")
+    assert.truthy(row, err)
+    local t = vsalab.json.decode(row)
+    assert.equal("full", t.experiment)
+    -- It is the row the DB lacks: the next after the last one committed.
+    local d = vsalab.db_open(dir .. "/f.db", {readonly = true})
+    local last = d:q("SELECT max(B) AS b FROM result")[1].b or 0
+    d:close()
+    assert.equal(last + 1, t.B)
+    os.execute("rm -rf " .. dir)
+  end)
+
   it("closes the run 'interrupted' on SIGHUP and SIGUSR1, rows kept", function()
     local dir = H.tmpdir()
     for _, sig in ipairs{"HUP", "USR1"} do
