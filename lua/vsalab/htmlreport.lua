@@ -321,7 +321,17 @@ function M.main(argv)
   end
   -- A temporary file beside out, renamed over it once every write and the
   -- close succeeded: a full disk leaves no half report and keeps the old.
-  local tmp = string.format("%s.tmp-%d", out, (package.loaded.vsalab.context or {}).pid or 0)
+  -- Its name has 64 random bits and must be free: a link planted at a
+  -- predictable name would have been followed.
+  local rnd = io.open("/dev/urandom", "rb")
+  local bits = rnd and rnd:read(8) or tostring(os.time())
+  if rnd then rnd:close() end
+  local tmp = string.format("%s.tmp-%d-%s", out, (package.loaded.vsalab.context or {}).pid or 0,
+    (bits:gsub(".", function(c) return string.format("%02x", c:byte()) end)))
+  if core.file_type(tmp) then
+    io.stderr:write("vsalab report: could not write ", out, ": ", tmp, " is in the way\n")
+    return 1
+  end
   local f, err = io.open(tmp, "wb")
   if not f then -- err names the temporary file; the user asked for out
     err = tostring(err)
@@ -329,11 +339,20 @@ function M.main(argv)
     io.stderr:write("vsalab report: could not write ", out, ": ", err, "\n")
     return 1
   end
-  local okw, werr = f:write(html)
-  local okf, ferr = f:flush()
-  local okc, cerr = f:close()
-  local okr, rerr = nil, nil
-  if okw and okf and okc then okr, rerr = os.rename(tmp, out) end
+  -- An interrupt between here and the rename removes the temporary file.
+  local done, okw, werr, okf, ferr, okc, cerr, okr, rerr = pcall(function()
+    local w1, w2 = f:write(html)
+    local f1, f2 = f:flush()
+    local c1, c2 = f:close()
+    local r1, r2
+    if w1 and f1 and c1 then r1, r2 = os.rename(tmp, out) end
+    return w1, w2, f1, f2, c1, c2, r1, r2
+  end)
+  if not done then
+    pcall(f.close, f)
+    os.remove(tmp)
+    error(okw, 0)
+  end
   if not okr then
     os.remove(tmp)
     io.stderr:write("vsalab report: could not write ", out, ": ",

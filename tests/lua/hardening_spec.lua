@@ -133,6 +133,27 @@ describe("crashes and lost runs", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("report -o writes through a temporary name no one can plant a link at", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/r.db"
+    local d = vsalab.db_open(db)
+    local id = d:begin_run{script = "x"}
+    d:log{run_id = id, experiment = "e", kernel = "k", Sq = 64, ms_median = 1, tflops = 1}
+    d:end_run(id, "finished")
+    d:close()
+    -- The name was OUT.tmp-PID: a link there (exec keeps the shell's pid)
+    -- had the report written into its target.
+    H.write(dir .. "/victim", "untouched")
+    local rc, o, err = H.sh("cd " .. dir .. " && sh -c 'ln -s " .. dir .. "/victim " .. dir
+      .. "/out.html.tmp-$$; exec " .. H.exe .. " report --db " .. db .. " -o " .. dir .. "/out.html'")
+    assert.equal(0, rc, o .. err)
+    local f = io.open(dir .. "/victim")
+    assert.equal("untouched", f:read("*a"))
+    f:close()
+    assert.equal("file", vsalab.file_type(dir .. "/out.html"))
+    os.execute("rm -rf " .. dir)
+  end)
+
   it("prints a row it cannot write (a full disk) on stderr, so the measurement is not lost", function()
     local dir = H.tmpdir()
     local s = script(dir, "full.lua", [[
