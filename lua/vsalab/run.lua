@@ -279,6 +279,12 @@ end
 function M.finish(status, err)
   if not state then return end
   local s = state
+  -- An interrupt reads the same wherever it landed: no source position
+  -- of vsalab's own modules ("vsalab/experiment.lua:442: interrupted!")
+  -- and no traceback.
+  if status == "interrupted" and type(err) == "string" then
+    err = err:gsub("^vsalab/[%w_]+%.lua:%d+: ", ""):gsub("%s*stack traceback:.*$", "")
+  end
   s.id = s.id or s.db:run_id()
   local ok, why = true, nil
   if not s.worker and s.id then

@@ -108,6 +108,7 @@ describe("robustness", function()
       local r = d:q("SELECT status, error FROM run")[1]
       assert.equal("interrupted", r.status)
       assert.truthy(r.error:find("interrupted! (SIG" .. sig .. ")", 1, true), r.error)
+      assert.falsy(r.error:find("traceback", 1, true), r.error) -- an interrupt is no bug
       assert.is_true(#d:q("SELECT id FROM result") >= 1)
       d:close()
     end
