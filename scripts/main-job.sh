@@ -7,6 +7,14 @@
 # (README.md, "Experiments"). By default the native kernel of this GPU is
 # timed and spot-checked against the fp64 oracle at 6 points.
 set -euo pipefail
+case "${1:-}" in
+  -h|--help)
+    echo "usage: scripts/main-job.sh [--db PATH] [script args...]"
+    echo "set up and build (scripts/setup.sh), then run experiments/wan720p.lua on this"
+    echo "machine's GPU into results.db (or PATH); script args are the experiment's:"
+    echo "-a axis overrides and key=value options (README.md, \"Experiments\")"
+    exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 db=results.db

@@ -4,6 +4,13 @@
 # cuRAND) is expected at /usr/local/cuda or on PATH.
 #   scripts/setup.sh [extra cmake args...]
 set -euo pipefail
+case "${1:-}" in
+  -h|--help)
+    echo "usage: scripts/setup.sh [extra cmake args...]"
+    echo "install the missing Debian packages and the test-only NVIDIA wheels (.deps/py),"
+    echo "then configure and build vsalab into build/ (README.md, \"The two commands\")"
+    exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 
 need=()

@@ -15,6 +15,31 @@ describe("vsalab CLI", function()
     assert.truthy(out:match("vsalab run"))
   end)
 
+  it("gives the setup scripts' usage on --help without installing or building", function()
+    -- A new user's `scripts/test.sh --help` ran apt, pip, cmake and the whole
+    -- test suite; `setup.sh --help` handed --help to cmake (output hidden) and
+    -- built. Stubs on PATH record any tool the scripts would start.
+    local bin = dir .. "/stubs"
+    os.execute("mkdir -p " .. bin)
+    for _, tool in ipairs{"dpkg-query", "apt-get", "sudo", "python3", "cmake", "ctest", "nvcc"} do
+      H.write(bin .. "/" .. tool, "#!/bin/sh\necho \"$0 $*\" >> " .. dir .. "/stub-calls\n")
+      os.execute("chmod +x " .. bin .. "/" .. tool)
+    end
+    for _, s in ipairs{"setup.sh", "test.sh", "main-job.sh"} do
+      for _, flag in ipairs{"--help", "-h"} do
+        os.remove(dir .. "/stub-calls")
+        local rc, out, err = H.sh("PATH=" .. bin .. ":$PATH " .. H.root .. "/scripts/" .. s .. " " .. flag)
+        assert.equal(0, rc, s .. " " .. flag .. ": " .. err)
+        assert.truthy(out:find("usage: scripts/" .. s, 1, true), out)
+        assert.is_nil(io.open(dir .. "/stub-calls"), s .. " " .. flag .. " started a tool")
+      end
+    end
+    local rc, _, err = H.sh("PATH=" .. bin .. ":$PATH " .. H.root .. "/scripts/test.sh --bogus")
+    assert.equal(2, rc)
+    assert.truthy(err:find("takes no arguments", 1, true), err)
+    assert.is_nil(io.open(dir .. "/stub-calls"), "test.sh --bogus started a tool")
+  end)
+
   it("exits 2 on usage errors", function()
     assert.equal(2, (H.vsalab("frobnicate")))
     assert.equal(2, (H.vsalab("run")))
