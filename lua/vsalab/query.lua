@@ -181,17 +181,28 @@ function M.main(argv)
     if not okr then return fail(tostring(id)) end
     local runq = db:q("SELECT * FROM run WHERE id = ?", id)
     local run = runq[1]
-    if o.format == "table" then
-      print(string.format("run %d  %s  %s  %s → %s", run.id, run.status, tostring(run.script),
-        tostring(run.started_at), tostring(run.ended_at or "-")))
+    if o.format == "table" or o.format == "markdown" then
       local gpu = run.gpu_name and string.format("%s (cc %s, %s SMs), driver %s", run.gpu_name,
         tostring(run.gpu_cc), tostring(run.sm_count), tostring(run.driver_version)) or "no GPU"
-      print(string.format("  %s, CUDA runtime %s, rev %s, seed %s", gpu,
-        tostring(run.runtime_version), tostring(run.git_rev), tostring(run.seed)))
-      -- A run without --context has none (json: null): print nothing for it.
-      print(string.format("  args %s%s", tostring(run.args or "[]"),
-        run.context and (", context " .. tostring(run.context)) or ""))
-      if run.error then print("  error: " .. run.error:gsub("\n.*", "")) end
+      local head = {
+        string.format("run %d  %s  %s  %s → %s", run.id, run.status, tostring(run.script),
+          tostring(run.started_at), tostring(run.ended_at or "-")),
+        string.format("%s, CUDA runtime %s, rev %s, seed %s", gpu,
+          tostring(run.runtime_version), tostring(run.git_rev), tostring(run.seed)),
+        -- A run without --context has none (json: null): print nothing for it.
+        string.format("args %s%s", tostring(run.args or "[]"),
+          run.context and (", context " .. tostring(run.context)) or ""),
+      }
+      if run.error then head[#head + 1] = "error: " .. run.error:gsub("\n.*", "") end
+      if o.format == "table" then
+        for i, l in ipairs(head) do print((i > 1 and "  " or "") .. l) end
+      else
+        -- Markdown (pasted into an issue) keeps the environment too: one
+        -- list item a line, code spans so nothing in it is read as markup,
+        -- then a blank line before the pipe table.
+        for _, l in ipairs(head) do print("- `" .. l:gsub("`", "'") .. "`") end
+        print("")
+      end
     end
     -- lists: 'random' or 'vsa:ℓ'; sharing: the lists' pair sharing
     -- (vsalab.list_sharing), both from the row's extra.

@@ -34,6 +34,13 @@ describe("result queries", function()
       .. "/experiments/smoke.lua -a density=[0.5]")))
     local _, out2 = H.vsalab("show --db " .. ctx .. " latest")
     assert.truthy(out2:find(', context {"gpu_note":"spare"}', 1, true), out2)
+    -- markdown (for an issue) keeps the environment too, not only the rows
+    -- (a new user's paste lost which GPU, revision and seed measured them).
+    local rcm, md = H.vsalab("show --format markdown --db " .. ctx .. " latest")
+    assert.equal(0, rcm)
+    assert.truthy(md:find("^%- `run 1  finished  "), md)
+    assert.truthy(md:find("\n%- `no GPU, CUDA runtime [^\n]*, seed 1234`\n"), md)
+    assert.truthy(md:find('\n- `args ["-a","density=[0.5]"], context {"gpu_note":"spare"}`\n\n| id | experiment', 1, true), md)
     assert.equal(2, (H.vsalab("show --db " .. db .. " 42")))
     for _, bad in ipairs{"show latest~99999999999999999999", "show 123456789012345678901",
                          "runs --limit 1.5", "runs --limit inf"} do
