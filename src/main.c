@@ -382,7 +382,9 @@ static const lua_command lua_commands[] = {
 
 /* What runs, show, query, compare... print is their product: a write to
  * stdout that failed (a full disk, a closed stdout) is exit 1 and said, not
- * a silent exit 0. A reader gone away (141, EPIPE) stays quiet. */
+ * a silent exit 0. A reader gone away (141, EPIPE) stays quiet, and is 141
+ * also when it left before the exit flush (an output that fit the buffer),
+ * not a silent 0 with the output lost. */
 static int
 check_stdout(int rc)
 {
@@ -390,7 +392,7 @@ check_stdout(int rc)
   int flush_failed = fflush(stdout) != 0;
   int e = errno;
   if (!flush_failed && !ferror(stdout)) return rc;
-  if (rc == 128 + SIGPIPE || e == EPIPE) return rc;
+  if (rc == 128 + SIGPIPE || e == EPIPE) return rc ? rc : 128 + SIGPIPE;
   fprintf(stderr, "vsalab: cannot write standard output%s%s\n", e ? ": " : "",
           e ? strerror(e) : "");
   return rc ? rc : 1;

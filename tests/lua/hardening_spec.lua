@@ -217,6 +217,22 @@ describe("crashes and lost runs", function()
       .. " | head -1; echo status ${PIPESTATUS[0]}'")
     assert.truthy(out2:match("status 141"), out2 .. err2)
     assert.equal("", err2)
+    -- A reader that left before anything was written (an output small
+    -- enough for the exit flush, `vsalab runs | true`): 141 too, not a
+    -- silent 0 with the output lost. The pipe's read end is closed first,
+    -- so this does not race.
+    if os.execute("python3 -c '' 2>/dev/null") == 0 then
+      H.write(dir .. "/closed.py", "import os, subprocess, sys\n"
+        .. "r, w = os.pipe(); os.close(r)\n"
+        .. "rc = subprocess.call(sys.argv[1:], stdout=w)\n"
+        .. "print('status', rc if rc >= 0 else 128 - rc)\n")
+      for _, cmd in ipairs{{"runs", "--db", db}, {"query", "--db", db, "SELECT 1"}} do
+        local _, out3, err3 = H.sh("python3 " .. dir .. "/closed.py " .. H.exe .. " '"
+          .. table.concat(cmd, "' '") .. "'")
+        assert.truthy(out3:match("status 141"), cmd[1] .. ": " .. out3 .. err3)
+        assert.equal("", err3)
+      end
+    end
     os.execute("rm -rf " .. dir)
   end)
 
