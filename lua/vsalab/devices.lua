@@ -47,7 +47,10 @@ function M.resolve(spec)
     end
   else
     local ok, n = core.cuda_available()
-    if not ok then return nil, "--devices: no CUDA device here (" .. tostring(n) .. ")" end
+    if not ok then
+      -- as the experiments say it: "--devices needs a CUDA device: no NVIDIA GPU or driver found (...)"
+      return nil, "--devices needs a CUDA device: " .. (tostring(n):gsub("^no CUDA device: ", ""))
+    end
     -- Ordinals are CUDA's, within this process's CUDA_VISIBLE_DEVICES when
     -- set: a worker gets the entry that names the same GPU.
     local vis = {}

@@ -200,6 +200,14 @@ describe("run --devices (fake GPUs, workers on the CPU)", function()
     local rc, _, err = H.sh("VSALAB_FAKE_DEVICES=2 " .. H.exe .. " run --devices 0,5 --db " .. dir .. "/d.db " .. dir .. "/pts.lua")
     assert.equal(2, rc)
     assert.truthy(err:find("no GPU 5 here (GPUs: 0, 1)", 1, true), err)
+    -- No GPU at all: said once, as the experiments say it (a new user read
+    -- "no CUDA device here (no CUDA device: no NVIDIA GPU ...)").
+    if not vsalab.cuda_available() then
+      local rc2, _, err2 = H.vsalab("run --devices all --db " .. dir .. "/d.db " .. dir .. "/pts.lua")
+      assert.equal(2, rc2)
+      assert.truthy(err2:find("--devices needs a CUDA device: no NVIDIA GPU or driver found", 1, true), err2)
+      assert.falsy(err2:find("no CUDA device", 1, true), err2)
+    end
     local f = io.open(dir .. "/d.db")
     assert.is_nil(f) -- nothing begun
     if f then f:close() end
