@@ -516,6 +516,11 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
     for (int i = 0; i < o->argc; i++) lua_pushstring(L, o->argv[i]);
     rc = vsa_host_docall(L, o->argc, 0);
   }
+  /* What the script printed meets its reader while the run is open: a
+   * reader gone (`vsalab run smoke.lua | true`) closes it 'interrupted',
+   * as a larger output would have (SIGPIPE stays caught; the handler sets
+   * the flags). */
+  fflush(stdout);
   /* Read before finish_run: its own protected call resets the flags. */
   int stopped = interrupted, piped = pipe_closed;
   if (rc != 0) {

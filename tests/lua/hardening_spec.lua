@@ -232,6 +232,15 @@ describe("crashes and lost runs", function()
         assert.truthy(out3:match("status 141"), cmd[1] .. ": " .. out3 .. err3)
         assert.equal("", err3)
       end
+      -- A run whose table is printed at its end: the run is closed
+      -- 'interrupted', not 'finished' with its output lost.
+      local rdb = dir .. "/piped.db"
+      local _, out4, err4 = H.sh("python3 " .. dir .. "/closed.py " .. H.exe .. " run --db " .. rdb .. " "
+        .. H.root .. "/experiments/smoke.lua -a 'density=[0.5]'")
+      assert.truthy(out4:match("status 141"), out4 .. err4)
+      local d = vsalab.db_open(rdb, {readonly = true})
+      assert.equal("interrupted", d:q("SELECT status FROM run")[1].status)
+      d:close()
     end
     os.execute("rm -rf " .. dir)
   end)
