@@ -109,7 +109,13 @@ function M.resolve(db, ref)
   if ref:match("^%d+$") then
     if #ref > 15 then none() end
     local r = db:q("SELECT id FROM run WHERE id = ?", tonumber(ref))
-    if #r == 0 then none() end
+    if #r == 0 then
+      -- Digits are an id first; say so when a revision starts with them.
+      local rev = #ref >= 4 and db:q("SELECT git_rev FROM run WHERE substr(git_rev, 1, ?) = ? LIMIT 1",
+        #ref, ref)[1]
+      none(rev and ("read as a run id; revision " .. rev.git_rev .. " starts with it too: give a "
+        .. "longer prefix that has a letter") or nil)
+    end
     return r[1].id
   end
   -- A revision: its latest run. A prefix of several revisions is refused,

@@ -586,6 +586,13 @@ describe("a kernel engineer's findings: run references", function()
     usage_err("show --db " .. db .. " 7", "vsalab show: no run matches '7' (the DB has 3 runs, ids 1 to 3)")
     usage_err("show --db " .. db, "vsalab show: expected one RUN")
     usage_err("report --db " .. db .. " -o " .. dir .. "/r.html latest~3", "no run matches 'latest~3'")
+    -- A revision whose prefix is all digits: read as an id, and said so.
+    local d = vsalab.db_open(db)
+    d:q("UPDATE run SET git_rev = '41287553179c' WHERE id = 2")
+    d:close()
+    usage_err("show --db " .. db .. " 41287", "no run matches '41287' (read as a run id; revision "
+      .. "41287553179c starts with it too: give a longer prefix that has a letter; the DB has 3 runs")
+    assert.equal(0, (H.vsalab("show --db " .. db .. " 41287553179c")))
   end)
 
   it("says why rerun cannot take its argument", function()
