@@ -72,10 +72,39 @@ end
 
 -- Parse script arguments "key=value" (values: numbers or comma lists); a
 -- malformed or unknown one is a usage error (exit 2, no traceback).
+-- `vsalab run SCRIPT --help`: the script's own header comment (its
+-- usage), then its arguments and their defaults; exit 0 before anything
+-- runs (no DB, no GPU).
+local function script_help(defaults)
+  local ctx = package.loaded.vsalab.context or {}
+  local f = ctx.script and io.open(ctx.script)
+  if f then
+    for line in f:lines() do
+      local text = line:match("^%-%-+ ?(.*)$")
+      if not text then break end
+      print(text)
+    end
+    f:close()
+  end
+  local names = {}
+  for k in pairs(defaults or {}) do names[#names + 1] = k end
+  table.sort(names)
+  print("arguments (key=value, after the script), with their defaults:")
+  for _, k in ipairs(names) do
+    local v = defaults[k]
+    print(string.format("  %s=%s", k, type(v) == "table" and table.concat(v, ",") or tostring(v)))
+  end
+  print("and every experiment's: plugin=PATH, plugin_symbol=NAME, plugin_name=NAME, peers=NAME[,NAME];")
+  print("-a AXIS=[v1,v2,...] (any number) overrides an axis of the sweep; a bad one lists the axes")
+  io.stdout:flush()
+  os.exit(0)
+end
+
 function M.args(argv, defaults)
   local o, common = {}, {}
   for k, v in pairs(defaults or {}) do o[k] = v end
   for _, a in ipairs(argv or {}) do
+    if a == "--help" or a == "-h" then script_help(defaults) end
     local k, v = a:match("^([%w_]+)=(.*)$")
     if not k and a:match("^%-%-") then
       usage.error("argument '" .. a .. "': vsalab's options go before the script "

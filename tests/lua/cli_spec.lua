@@ -15,6 +15,19 @@ describe("vsalab CLI", function()
     assert.truthy(out:match("vsalab run"))
   end)
 
+  it("gives an experiment's own help after the script, before any run row", function()
+    local db = dir .. "/help.db"
+    for _, flag in ipairs{"--help", "-h"} do
+      local rc, out, err = H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua " .. flag)
+      assert.equal(0, rc, err)
+      -- The script's header comment, then its arguments with their defaults.
+      assert.truthy(out:find("smoke.lua — the main job's flow on tiny shapes", 1, true), out)
+      assert.truthy(out:find("  device=cpu\n  kernels=all\n", 1, true), out)
+      assert.truthy(out:find("peers=NAME", 1, true), out)
+    end
+    assert.is_nil(io.open(db), "help made a DB")
+  end)
+
   it("gives the setup scripts' usage on --help without installing or building", function()
     -- A new user's `scripts/test.sh --help` ran apt, pip, cmake and the whole
     -- test suite; `setup.sh --help` handed --help to cmake (output hidden) and
