@@ -22,6 +22,10 @@ local sw = sweep.new{
 local a = exp.args(sw:override(arg), {device = "cpu", kernels = "all"})
 local rows = exp.run{name = "smoke", device = a.device, sweep = sw,
   kernels = exp.kernel_set(a.device, a.kernels), check = "full", seed = vsalab.context.seed}
+-- A failed check fails the run (exit 1), saying which and why, no traceback.
 for _, r in ipairs(rows) do
-  if r.passed == 0 then error("smoke: " .. r.kernel .. " failed its check", 0) end
+  if r.passed == 0 then
+    require("vsalab.usage").fail("smoke: " .. r.kernel .. " failed its check"
+      .. (r.note and (": " .. r.note) or ""))
+  end
 end

@@ -185,6 +185,10 @@ describe("plugin= on the command line", function()
     local rc, _, err = H.vsalab("run --db " .. f .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" ..
       lib .. " plugin_symbol=example_failing_backward plugin_name=failing")
     assert.equal(1, rc, err) -- smoke itself fails when a row failed
+    -- ... saying which and why, without a traceback.
+    assert.truthy(err:find("vsalab: smoke: failing failed its check: backend failing failed: example: "
+      .. "refused on purpose", 1, true), err)
+    assert.falsy(err:find("traceback", 1, true), err)
     local d = vsalab.db_open(f, {readonly = true})
     local rows = d:q("SELECT kernel, passed, ms_median, note FROM result WHERE kernel = 'failing'")
     assert.equal(2, #rows) -- both points measured: the sweep went on
