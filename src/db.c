@@ -548,6 +548,11 @@ vsa_db_open(vsa_db **out, const char *path, int readonly)
     return vsa_fail("db: out of memory");
   }
   db->readonly = readonly != 0;
+  if (readonly == VSA_DB_SNAPSHOT && strcmp(path, ":memory:") != 0) {
+    char *wal = wal_pending(path);
+    if (wal) free(wal);
+    else db->immutable = 1;
+  }
   /* probe before configure: journal_mode=WAL is written into the file, and
    * a file we refuse must be left as it was. */
   int64_t version = 0;

@@ -121,6 +121,11 @@ const char *vsa_db_schema_sql(void);
  * read-only on disk when readonly = 0 (open it readonly to read it).
  * On failure *out is NULL. */
 int vsa_db_open(vsa_db **out, const char *path, int readonly);
+/* readonly = VSA_DB_SNAPSHOT: a finished database (a shard to merge) read
+ * as it stands: opened immutable (no locks, no -shm or -wal files made
+ * beside it, which a shared filesystem handles badly) unless a writer's
+ * log is pending beside it, then as readonly = 1. */
+#define VSA_DB_SNAPSHOT 2
 
 /* Finalize the statements and close. NULL is a no-op. Ad-hoc statements the
  * caller prepared on vsa_db_handle() keep the connection alive until they

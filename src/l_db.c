@@ -259,7 +259,8 @@ raise_core(lua_State *L)
   return luaL_error(L, "%s", vsa_last_error());
 }
 
-/* vsa.db_open(path [, {readonly = bool}]) -> Db */
+/* vsa.db_open(path [, {readonly = bool, snapshot = bool}]) -> Db
+ * (snapshot: read-only, a finished DB read as it stands: VSA_DB_SNAPSHOT) */
 static int
 l_db_open(lua_State *L)
 {
@@ -272,15 +273,14 @@ l_db_open(lua_State *L)
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_pushnil(L);
     while (lua_next(L, 2)) {
-      if (lua_type(L, -2) != LUA_TSTRING ||
-          strcmp(lua_tostring(L, -2), "readonly") != 0)
+      const char *key = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+      int snapshot = key && strcmp(key, "snapshot") == 0;
+      if (!key || (strcmp(key, "readonly") != 0 && !snapshot))
         luaL_argerror(L, 2, lua_pushfstring(L, "unknown option '%s'",
-                                            lua_type(L, -2) == LUA_TSTRING
-                                              ? lua_tostring(L, -2)
-                                              : luaL_typename(L, -2)));
-      luaL_argcheck(L, lua_type(L, -1) == LUA_TBOOLEAN, 2,
-                    "option 'readonly' must be a boolean");
-      readonly = lua_toboolean(L, -1);
+                                            key ? key : luaL_typename(L, -2)));
+      if (lua_type(L, -1) != LUA_TBOOLEAN)
+        luaL_argerror(L, 2, lua_pushfstring(L, "option '%s' must be a boolean", key));
+      if (lua_toboolean(L, -1)) readonly = snapshot ? VSA_DB_SNAPSHOT : (readonly ? readonly : 1);
       lua_pop(L, 1);
     }
   }

@@ -149,7 +149,10 @@ function M.main(argv)
   end
   local want = core.db_schema_version
   for _, p in ipairs(inputs) do
-    local ok, db = pcall(core.db_open, p, {readonly = true})
+    -- Finished shards, often on a shared filesystem: read as they stand,
+    -- making no -shm or -wal file beside them (SQLite's shared memory and
+    -- locks are unreliable there), unless a writer's log is pending.
+    local ok, db = pcall(core.db_open, p, {snapshot = true})
     if not ok then close_all(); return fail(tostring(db)) end
     srcs[#srcs + 1] = {db = db, path = p}
     local v = version(db)

@@ -294,6 +294,13 @@ describe("run --shard, merge and logical runs", function()
     local rc, out, err = H.vsalab("merge " .. dir .. "/m.db " .. dir .. "/s0.db " .. dir .. "/s1.db")
     assert.equal(0, rc, err)
     assert.truthy(out:find("merged 2 files", 1, true))
+    -- The shards (on a shared filesystem under Slurm) are read as they
+    -- stand: no -shm or -wal file is left beside them.
+    for _, s in ipairs{"s0", "s1"} do
+      for _, ext in ipairs{"-shm", "-wal"} do
+        assert.is_nil(vsalab.file_type(dir .. "/" .. s .. ".db" .. ext), s .. ".db" .. ext)
+      end
+    end
     local d = open(dir .. "/m.db")
     local runs = d:q("SELECT id, sweep_id, shard_index, source_db, source_run_id, host, merged_at, uid FROM run ORDER BY id")
     assert.equal(2, #runs)
