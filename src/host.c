@@ -309,7 +309,12 @@ vsa_host_docall(lua_State *L, int nargs, int nres)
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART; /* signal()'s restarting, plus the sender */
+  /* One handler at a time: a signal inside another's handler, between
+   * `interrupted = sig` and `first_signal = now`, would read a stale first
+   * signal's time and sender and force the exit. */
   sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 5; i++) sigaddset(&sa.sa_mask, sigs[i]);
+  sigaddset(&sa.sa_mask, SIGALRM);
   for (int i = 0; i < 5; i++)
     if (!(sigs[i] == SIGHUP && hup_ignored)) sigaction(sigs[i], &sa, NULL);
   interrupted = 0;

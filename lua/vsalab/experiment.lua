@@ -81,8 +81,8 @@ local function script_help(defaults)
   if f then
     for line in f:lines() do
       local text = line:match("^%-%-+ ?(.*)$")
-      if not text then break end
-      print(text)
+      if not text and not line:match("^#!") then break end
+      if text then print(text) end
     end
     f:close()
   end
@@ -92,7 +92,13 @@ local function script_help(defaults)
   print("arguments (key=value, after the script), with their defaults:")
   for _, k in ipairs(names) do
     local v = defaults[k]
-    print(string.format("  %s=%s", k, type(v) == "table" and table.concat(v, ",") or tostring(v)))
+    local text = tostring(v)
+    if type(v) == "table" then
+      local parts = {}
+      for i, x in ipairs(v) do parts[i] = tostring(x) end
+      text = table.concat(parts, ",")
+    end
+    print(string.format("  %s=%s", k, text))
   end
   print("and every experiment's: plugin=PATH, plugin_symbol=NAME, plugin_name=NAME, peers=NAME[,NAME];")
   print("-a AXIS=[v1,v2,...] (any number) overrides an axis of the sweep; a bad one lists the axes")

@@ -324,8 +324,12 @@ function M.main(argv)
   -- Its name has 64 random bits and must be free: a link planted at a
   -- predictable name would have been followed.
   local rnd = io.open("/dev/urandom", "rb")
-  local bits = rnd and rnd:read(8) or tostring(os.time())
+  local bits = rnd and rnd:read(8)
   if rnd then rnd:close() end
+  if not bits or #bits ~= 8 then
+    io.stderr:write("vsalab report: could not write ", out, ": no /dev/urandom for a temporary name\n")
+    return 1
+  end
   local tmp = string.format("%s.tmp-%d-%s", out, (package.loaded.vsalab.context or {}).pid or 0,
     (bits:gsub(".", function(c) return string.format("%02x", c:byte()) end)))
   if core.file_type(tmp) then

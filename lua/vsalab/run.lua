@@ -260,9 +260,10 @@ function M.log(row)
   end
   if not ok then
     local msg = tostring(id)
-    -- Not the caller's row but the DB that failed (a full disk, damage):
-    -- the measurement goes to stderr, so it is not lost with the run.
-    if not msg:find("^db:log: field ") then
+    -- Not the caller's row but the DB that failed (a full disk, damage:
+    -- "db 'PATH': ..."), and no interrupt raised mid-call: the measurement
+    -- goes to stderr, so it is not lost with the run.
+    if msg:find("^db '") and not msg:find("interrupted!", 1, true) and not msg:find("point timeout!", 1, true) then
       local okj, text = pcall(json.encode, t)
       io.stderr:write("vsalab.log: this row could not be written to ", r.path, "; here it is: ",
         okj and text or "(not encodable)", "\n")
@@ -279,11 +280,11 @@ end
 function M.finish(status, err)
   if not state then return end
   local s = state
-  -- An interrupt reads the same wherever it landed: no source position
-  -- of vsalab's own modules ("vsalab/experiment.lua:442: interrupted!")
-  -- and no traceback.
+  -- An interrupt reads the same wherever it landed ("interrupted!
+  -- (SIGTERM)"): no source position (a script's or vsalab's own) and no
+  -- traceback.
   if status == "interrupted" and type(err) == "string" then
-    err = err:gsub("^vsalab/[%w_]+%.lua:%d+: ", ""):gsub("%s*stack traceback:.*$", "")
+    err = err:match("interrupted![^\n]*") or err
   end
   s.id = s.id or s.db:run_id()
   local ok, why = true, nil

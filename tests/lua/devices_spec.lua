@@ -181,7 +181,7 @@ describe("run --devices (fake GPUs, workers on the CPU)", function()
     assert.equal(2, workers, out)
     -- Each worker stopped at the interrupt (not killed after the grace).
     for g = 0, 1 do
-      assert.truthy(out:find("\ngpu" .. g .. "| vsalab: [^\n]*interrupted! %(SIGINT%)"), out)
+      assert.truthy(("\n" .. out):find("\ngpu" .. g .. "| vsalab: [^\n]*interrupted! %(SIGINT%)"), out)
     end
     local d = open(db)
     local run = d:q("SELECT status FROM run")[1]

@@ -107,8 +107,8 @@ describe("robustness", function()
       local d = vsalab.db_open(db, {readonly = true})
       local r = d:q("SELECT status, error FROM run")[1]
       assert.equal("interrupted", r.status)
-      assert.truthy(r.error:find("interrupted! (SIG" .. sig .. ")", 1, true), r.error)
-      assert.falsy(r.error:find("traceback", 1, true), r.error) -- an interrupt is no bug
+      -- The same words wherever it landed: no source position, no traceback.
+      assert.equal("interrupted! (SIG" .. sig .. ")", r.error)
       assert.is_true(#d:q("SELECT id FROM result") >= 1)
       d:close()
     end
@@ -146,9 +146,10 @@ describe("robustness", function()
     local rc, status = run_twice(0.6, 3)
     assert.is_not.equal(128 + 15, rc)
     assert.equal("interrupted", status)
-    -- 2.5 s later, from the same shell: a person insisting. It exits at
-    -- once, by the signal (the run row is left as it was).
-    rc, status = run_twice(2.5, 30)
+    -- 5 s later, from the same shell: a person insisting (well past the
+    -- 2 s window even if the first signal reached a starved run late). It
+    -- exits at once, by the signal (the run row is left as it was).
+    rc, status = run_twice(5, 30)
     assert.equal(128 + 15, rc)
     assert.equal("running", status)
     os.execute("rm -rf " .. dir)
