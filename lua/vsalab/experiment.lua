@@ -456,7 +456,6 @@ end
 function M.run_config(e, i, c, device, seed, rows, n)
   do
     local t0 = os.time()
-    report.progress(i - 1, n, "building inputs " .. (c.label or ""))
     local hash = M.hash_of(c)
     local done = e.measured[hash] or {}
     local todo = {}
@@ -474,6 +473,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
         or "already measured in this run (resume)")
       return "done"
     end
+    report.progress(i - 1, n, "building inputs " .. (c.label or ""))
     -- The problem is the point itself, less its display label.
     local spec = M.point_of(c)
     spec.label, spec.device, spec.seed = nil, device, M.point_seed(seed, hash)
@@ -610,6 +610,7 @@ function M.backend_failed(e, c, p, b, hash, err, device, rows, label, i, n)
 end
 
 function M.summary(rows, anchors, gemm)
+  if #rows == 0 then return end -- nothing measured here (a resumed run complete already)
   local t, any_ragged, any_vsa = {}, false, false
   for _, r in ipairs(rows) do
     any_ragged = any_ragged or r.ragged == 1 or r.ragged == true

@@ -262,6 +262,13 @@ describe("resume and point timeout", function()
     rows.columns = nil
     assert.same({{kernel = "invert", n = 3, points = 3}, {kernel = "reference", n = 3, points = 3}}, rows)
     d:close()
+    -- Resumed once more, complete already: it says so per point, builds
+    -- nothing and prints no empty table.
+    local rc3, out3, err3 = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/three.lua")
+    assert.equal(0, rc3, err3)
+    assert.falsy(err3:find("building inputs", 1, true), err3)
+    assert.truthy(err3:find("already measured in this run (resume)", 1, true), err3)
+    assert.falsy(out3:find("kernel", 1, true), out3)
     assert.equal(2, (H.vsalab("run --db " .. db .. " --resume 7 " .. dir .. "/three.lua")))
     assert.equal(2, (H.vsalab("run --resume x " .. dir .. "/three.lua")))
     os.execute("rm -rf " .. dir)
