@@ -452,6 +452,13 @@ open_connection(vsa_db *db)
     strcpy(w, "?immutable=1");
     flags |= SQLITE_OPEN_URI;
   }
+  /* A relative path that reads as a URI ("file:x.db?mode=memory": this
+   * SQLite takes URIs by default) is a file name here, for every command
+   * alike: "./file:x.db". */
+  if (!uri && strncmp(db->path, "file:", 5) == 0) {
+    if (!(uri = malloc(strlen(db->path) + 3))) return vsa_fail("db: out of memory");
+    sprintf(uri, "./%s", db->path);
+  }
   int rc = sqlite3_open_v2(uri ? uri : db->path, &db->h, flags | SQLITE_OPEN_NOMUTEX,
                            NULL);
   free(uri);

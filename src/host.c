@@ -541,7 +541,7 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
   /* An interrupt the script swallowed (coroutine.resume) still ends the run
    * 'interrupted'. */
   if (stopped) {
-    finish_run(L, "interrupted", "interrupted!");
+    finish_run(L, "interrupted", vsa_interrupt_message());
     return piped ? EXIT_PIPE : 1;
   }
   return finish_run(L, "finished", NULL) == 0 ? 0 : 1;

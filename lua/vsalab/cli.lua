@@ -58,8 +58,11 @@ end
 -- The results DB at path, read-only (or nil after printing why). Damage
 -- SQLite finds later, mid-read, is the file's problem, not a bug: q raises
 -- it as a usage error (exit 2, no traceback), as damage found at open is.
+-- Read as a snapshot: no -shm or -wal file is left beside a DB no one is
+-- writing (on a shared filesystem too); one being written is read through
+-- its writer's log as usual.
 function M.open_db(cmd, path)
-  local ok, db = pcall(core.db_open, path, {readonly = true})
+  local ok, db = pcall(core.db_open, path, {snapshot = true})
   if not ok then return M.fail(cmd, tostring(db)) end
   local proxy = {}
   function proxy.q(_, ...)

@@ -61,7 +61,10 @@ local function apply_common(c)
   if c.peers then
     local names = type(c.peers) == "table" and c.peers or {c.peers}
     for _, n in ipairs(names) do
-      usage.wrap(backends.peer, tostring(n))
+      local okp, e = pcall(backends.peer, tostring(n))
+      if not okp then
+        usage.error("argument 'peers': " .. tostring(e):gsub("^[^:\n]*%.lua:%d+: ", ""):gsub("^peers: ", ""))
+      end
       -- Asked for by name: a file or python module it lacks is the user's
       -- to provide, not a warning before a run that times nothing for it.
       local why = require("vsalab.external").missing(tostring(n))

@@ -293,7 +293,12 @@ function M.missing(name)
   local d = M.peers[name]
   if not d then return nil end
   for _, f in ipairs(d.needs or {}) do
-    if not exists(f) then return string.format("%s: %s is missing: %s", name, f, d.hint) end
+    if not exists(f) then
+      -- A file of this repository (tests/...) is missing only when vsalab
+      -- runs from elsewhere; the peer's own hint is for what it fetches.
+      local hint = f:match("^tests/") and "run from the repository root" or d.hint
+      return string.format("%s: %s is missing: %s", name, f, hint)
+    end
   end
   return missing_module(name)
 end

@@ -132,6 +132,7 @@ function M.main(argv)
   end
   if #argv < 2 or argv[1]:sub(1, 1) == "-" then return fail(usage) end
   local out_path = argv[1]
+  if out_path == ":memory:" then return fail("OUT :memory: would keep nothing: name a file") end
   local inputs = {}
   for i = 2, #argv do
     local p = argv[i]

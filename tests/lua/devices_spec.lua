@@ -294,6 +294,10 @@ describe("run --shard, merge and logical runs", function()
     local rc, out, err = H.vsalab("merge " .. dir .. "/m.db " .. dir .. "/s0.db " .. dir .. "/s1.db")
     assert.equal(0, rc, err)
     assert.truthy(out:find("merged 2 files", 1, true))
+    -- An OUT that keeps nothing is refused.
+    local rcm, _, errm = H.vsalab("merge :memory: " .. dir .. "/s0.db")
+    assert.equal(2, rcm)
+    assert.truthy(errm:find("OUT :memory: would keep nothing", 1, true), errm)
     -- The shards (on a shared filesystem under Slurm) are read as they
     -- stand: no -shm or -wal file is left beside them.
     for _, s in ipairs{"s0", "s1"} do

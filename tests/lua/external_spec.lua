@@ -183,6 +183,16 @@ dofile(%q)]], dir .. "/hang.sh", H.root .. "/experiments/smoke.lua"))
     assert.truthy(err:find("argument 'peers': triton: .peer/fastvideo_triton/index.py is missing: run tests/gpu/fetch_peer.sh", 1, true), err)
     assert.falsy(err:find("stack traceback", 1, true), err)
     assert.falsy(io.open(dir .. "/t2.db"), "a refused run made a DB")
+    -- A file of this repository missing (run from elsewhere): said so.
+    os.execute("rm -rf " .. cwd .. "/tests")
+    rc, _, err = H.sh("cd " .. cwd .. " && " .. H.exe .. " run --db " .. dir .. "/t3.db " .. smoke .. " peers=triton")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("argument 'peers': triton: tests/gpu/peers/triton_peer.py is missing: run from "
+      .. "the repository root", 1, true), err)
+    -- An unknown peer: the argument named too.
+    rc, _, err = H.vsalab("run --db " .. dir .. "/t4.db " .. smoke .. " peers=bogus")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("vsalab: argument 'peers': no peer named 'bogus' (known: ", 1, true), err)
     os.execute("rm -rf " .. cwd)
   end)
 

@@ -239,7 +239,9 @@ describe("crashes and lost runs", function()
         .. H.root .. "/experiments/smoke.lua -a 'density=[0.5]'")
       assert.truthy(out4:match("status 141"), out4 .. err4)
       local d = vsalab.db_open(rdb, {readonly = true})
-      assert.equal("interrupted", d:q("SELECT status FROM run")[1].status)
+      local r = d:q("SELECT status, error FROM run")[1]
+      assert.equal("interrupted", r.status)
+      assert.equal("interrupted! (SIGPIPE: stdout closed)", r.error)
       d:close()
     end
     os.execute("rm -rf " .. dir)

@@ -10,6 +10,9 @@ describe("result queries", function()
   it("lists runs in every format", function()
     local rc, out = H.vsalab("runs --db " .. db)
     assert.equal(0, rc)
+    -- Read as it stands: no -shm or -wal left beside a DB no one writes.
+    assert.is_nil(vsalab.file_type(db .. "-shm"))
+    assert.is_nil(vsalab.file_type(db .. "-wal"))
     assert.truthy(out:match("finished"))
     assert.truthy(out:match("smoke%.lua"))
     rc, out = H.vsalab("runs --db " .. db .. " --format csv")
@@ -67,6 +70,18 @@ describe("result queries", function()
     assert.equal(1, (H.vsalab("query --db " .. db .. " \"SELECT 1; SELECT 2\"")))
     assert.equal(2, (H.vsalab("query --db " .. db .. " --format xml \"SELECT 1\"")))
     assert.equal(2, (H.vsalab("runs --db " .. dir .. "/none.db")))
+  end)
+
+  it("takes a --db that reads as a URI as a file name, for run and runs alike", function()
+    local cwd = H.tmpdir()
+    local name = "file:u.db?mode=memory"
+    assert.equal(0, (H.sh("cd " .. cwd .. " && " .. H.exe .. " run --db '" .. name .. "' "
+      .. H.root .. "/experiments/smoke.lua -a 'density=[0.5]' >/dev/null 2>&1")))
+    assert.equal("file", vsalab.file_type(cwd .. "/" .. name))
+    local rc, out = H.sh("cd " .. cwd .. " && " .. H.exe .. " runs --format csv --db '" .. name .. "'")
+    assert.equal(0, rc, out)
+    assert.truthy(out:find("\n1,finished,", 1, true), out)
+    os.execute("rm -rf " .. cwd)
   end)
 
   it("keeps every column when names repeat (a join's two ids)", function()
