@@ -9,6 +9,7 @@ static _Thread_local char last_error[1024] = "no error";
 static _Thread_local int last_oom; /* the last failure was out of device memory */
 
 volatile int vsa_interrupt_flag;
+volatile int vsa_interrupt_raised;
 volatile int vsa_timeout_flag;
 
 const char *
@@ -27,7 +28,10 @@ vsa_interrupt_message(void)
 int
 vsa_poll_stop(void)
 {
-  if (vsa_interrupt_flag) return vsa_fail("%s", vsa_interrupt_message());
+  if (vsa_interrupt_flag) {
+    vsa_interrupt_raised = 1;
+    return vsa_fail("%s", vsa_interrupt_message());
+  }
   if (vsa_timeout_flag) {
     vsa_timeout_flag = 0;
     return vsa_fail("point timeout!");

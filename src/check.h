@@ -31,8 +31,11 @@ extern volatile int vsa_timeout_flag;
  * (SIGTERM)" (plain "interrupted!" for an unnamed one). */
 const char *vsa_interrupt_message(void);
 /* 0, or -1 with vsa_interrupt_message() (an interrupt stays pending, so the
- * run still ends 'interrupted') or "point timeout!" (consumed) recorded. */
+ * run still ends 'interrupted', and vsa_interrupt_raised is set: the Lua
+ * hook the signal armed must not raise it a second time, inside the error
+ * handler) or "point timeout!" (consumed) recorded. */
 int vsa_poll_stop(void);
+extern volatile int vsa_interrupt_raised;
 /* How many elements a host loop handles between two vsa_poll_stop() calls. */
 #define VSA_POLL_EVERY ((int64_t)1 << 22)
 

@@ -429,6 +429,31 @@ probe(vsa_db *db, int64_t *version)
   return check_version(db, *version);
 }
 
+/* What SQLite is handed for db->path (malloc'd; NULL when out of memory):
+ * immutable, the URI file:PATH?immutable=1 (PATH percent-encoded, an
+ * absolute one after an empty authority: "file:" + "//x/t.db" would name
+ * host x); else the path, where one that reads as a URI ("file:x.db?
+ * mode=memory": this SQLite takes URIs by default) is a file name here,
+ * for every command alike: "./file:x.db". */
+static char *
+connection_name(const vsa_db *db)
+{
+  const char *path = db->path;
+  size_t n = strlen(path);
+  char *name = malloc(3 * n + 32);
+  if (!name) return NULL;
+  if (!db->immutable) {
+    sprintf(name, "%s%s", strncmp(path, "file:", 5) == 0 ? "./" : "", path);
+    return name;
+  }
+  char *w = name + sprintf(name, path[0] == '/' ? "file://" : "file:");
+  for (const unsigned char *c = (const unsigned char *)path; *c; c++)
+    w += (*c == '%' || *c == '?' || *c == '#' || *c < 0x20) ? sprintf(w, "%%%02X", *c)
+                                                             : (*w = (char)*c, 1);
+  strcpy(w, "?immutable=1");
+  return name;
+}
+
 static int
 open_connection(vsa_db *db)
 {
@@ -439,29 +464,11 @@ open_connection(vsa_db *db)
       stat(db->path, &sb) != 0)
     return vsa_fail("db '%s': cannot open read-only: %s", db->path,
                     strerror(errno));
-  char *uri = NULL;
-  if (db->immutable) { /* file:PATH?immutable=1, PATH percent-encoded */
-    size_t n = strlen(db->path);
-    if (!(uri = malloc(3 * n + 32))) return vsa_fail("db: out of memory");
-    /* An absolute path gets an empty authority: "file:" + "//x/t.db"
-     * would name host x. */
-    char *w = uri + sprintf(uri, db->path[0] == '/' ? "file://" : "file:");
-    for (const unsigned char *c = (const unsigned char *)db->path; *c; c++)
-      w += (*c == '%' || *c == '?' || *c == '#' || *c < 0x20) ? sprintf(w, "%%%02X", *c)
-                                                               : (*w = (char)*c, 1);
-    strcpy(w, "?immutable=1");
-    flags |= SQLITE_OPEN_URI;
-  }
-  /* A relative path that reads as a URI ("file:x.db?mode=memory": this
-   * SQLite takes URIs by default) is a file name here, for every command
-   * alike: "./file:x.db". */
-  if (!uri && strncmp(db->path, "file:", 5) == 0) {
-    if (!(uri = malloc(strlen(db->path) + 3))) return vsa_fail("db: out of memory");
-    sprintf(uri, "./%s", db->path);
-  }
-  int rc = sqlite3_open_v2(uri ? uri : db->path, &db->h, flags | SQLITE_OPEN_NOMUTEX,
-                           NULL);
-  free(uri);
+  char *name = connection_name(db);
+  if (!name) return vsa_fail("db: out of memory");
+  if (db->immutable) flags |= SQLITE_OPEN_URI;
+  int rc = sqlite3_open_v2(name, &db->h, flags | SQLITE_OPEN_NOMUTEX, NULL);
+  free(name);
   if (rc != SQLITE_OK) {
     int sys = db->h ? sqlite3_system_errno(db->h) : 0;
     vsa_fail("db '%s': cannot open: %s%s%s%s", db->path,
@@ -520,22 +527,25 @@ prepare_all(vsa_db *db)
   return 0;
 }
 
-/* The non-empty -wal file beside the database (malloc'd; NULL when none).
- * SQLite keeps it beside the file a symbolic link names, not beside the
- * link: look there. */
-static char *
-wal_pending(const char *path)
+/* Whether the file at path alone is the database: not ":memory:", and no
+ * non-empty -wal file beside it, where SQLite keeps it (beside the file a
+ * symbolic link names, not beside the link). When one is pending and wal
+ * is not NULL, *wal gets its path (malloc'd). */
+static int
+readable_as_is(const char *path, char **wal)
 {
+  if (strcmp(path, ":memory:") == 0) return 0;
   char *real = realpath(path, NULL);
-  const char *db = real ? real : path;
-  size_t n = strlen(db) + 5;
-  char *wal = malloc(n);
-  if (wal) snprintf(wal, n, "%s-wal", db);
+  const char *file = real ? real : path;
+  size_t n = strlen(file) + 5;
+  char *log = malloc(n);
+  if (log) snprintf(log, n, "%s-wal", file);
   free(real);
   struct stat st;
-  if (wal && stat(wal, &st) == 0 && st.st_size > 0) return wal;
-  free(wal);
-  return NULL;
+  int pending = !log || (stat(log, &st) == 0 && st.st_size > 0);
+  if (pending && wal && log) *wal = log;
+  else free(log);
+  return !pending;
 }
 
 int
@@ -555,35 +565,29 @@ vsa_db_open(vsa_db **out, const char *path, int readonly)
     return vsa_fail("db: out of memory");
   }
   db->readonly = readonly != 0;
-  if (readonly == VSA_DB_SNAPSHOT && strcmp(path, ":memory:") != 0) {
-    char *wal = wal_pending(path);
-    if (wal) free(wal);
-    else db->immutable = 1;
-  }
+  db->immutable = readonly == VSA_DB_SNAPSHOT && readable_as_is(path, NULL);
   /* probe before configure: journal_mode=WAL is written into the file, and
    * a file we refuse must be left as it was. */
   int64_t version = 0;
   int bad = open_connection(db) || probe(db, &version);
   /* A WAL database read by someone who may not write its directory (a
    * teammate's results): SQLite cannot create the -shm file and refuses
-   * even to read. With no -wal file beside it nothing is pending, so the
-   * file alone is the database: read it as immutable. */
-  if (bad && db->readonly && db->h && strcmp(path, ":memory:") != 0) {
+   * even to read. With nothing pending the file alone is the database:
+   * read it as immutable. */
+  if (bad && db->readonly && !db->immutable && db->h) {
     int code = sqlite3_extended_errcode(db->h) & 0xff;
-    if (code == SQLITE_READONLY || code == SQLITE_CANTOPEN) {
-      char *wal = wal_pending(path);
-      if (wal) {
-        vsa_fail("db '%s': cannot read it without write access to its directory: "
-                 "another writer's log (%s) is pending", path, wal);
-        free(wal);
-      } else {
-        sqlite3_close_v2(db->h);
-        db->h = NULL;
-        db->immutable = 1;
-        version = 0;
-        bad = open_connection(db) || probe(db, &version);
-      }
+    char *wal = NULL;
+    if ((code == SQLITE_READONLY || code == SQLITE_CANTOPEN) && readable_as_is(path, &wal)) {
+      sqlite3_close_v2(db->h);
+      db->h = NULL;
+      db->immutable = 1;
+      version = 0;
+      bad = open_connection(db) || probe(db, &version);
+    } else if (wal) {
+      vsa_fail("db '%s': cannot read it without write access to its directory: "
+               "another writer's log (%s) is pending", path, wal);
     }
+    free(wal);
   }
   if (bad || configure(db) ||
       (version == 0 && create_schema(db)) ||

@@ -50,12 +50,14 @@ interrupt_hook(lua_State *L, lua_Debug *ar)
 {
   (void)ar;
   lua_sethook(L, NULL, 0, 0);
-  if (interrupted) luaL_error(L, "%s", vsa_interrupt_message());
+  /* An interrupt or timeout a C loop raised already (vsa_poll_stop) is not
+   * raised again: here that would be on the error handler's call, "error in
+   * error handling". */
+  if (interrupted && !vsa_interrupt_raised) luaL_error(L, "%s", vsa_interrupt_message());
   if (timed_out) {
     timed_out = 0;
     luaL_error(L, "point timeout!");
   }
-  /* Already raised from a C loop (vsa_poll_stop): nothing left to do. */
 }
 
 /* The point timer ran out: raise "point timeout!" at the next Lua
@@ -318,6 +320,7 @@ vsa_host_docall(lua_State *L, int nargs, int nres)
   for (int i = 0; i < 5; i++)
     if (!(sigs[i] == SIGHUP && hup_ignored)) sigaction(sigs[i], &sa, NULL);
   interrupted = 0;
+  vsa_interrupt_raised = 0;
   int rc = lua_pcall(L, nargs, nres, base);
   /* SIGPIPE stays caught: a write to a closed stdout after the script
    * (the exit flush) must not kill the process before it has said how the

@@ -36,11 +36,6 @@ vsa_lua_errorf(lua_State *L, const char *fmt, ...)
 int
 vsa_lua_raise(lua_State *L)
 {
-  /* An interrupt a C loop noticed (vsa_poll_stop) is raised here: the hook
-   * the signal armed to raise it would fire again on the error handler's
-   * call and turn the message into "error in error handling". */
-  if (vsa_interrupt_flag && strcmp(vsa_last_error(), vsa_interrupt_message()) == 0)
-    lua_sethook(L, NULL, 0, 0);
   return vsa_lua_errorf(L, "%s", vsa_last_error());
 }
 
