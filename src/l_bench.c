@@ -451,9 +451,14 @@ l_device_info(lua_State *L)
   return 1;
 }
 
-/* vsalab.gpu_clocks([n]) -> {sm_mhz, reasons, throttled} or nil, why:
- * the current SM clock and NVML's clock-event reasons (throttled = a power,
- * thermal or hardware slowdown is active). NVML is optional. */
+/* vsalab.gpu_clocks([n]) -> {sm_mhz, reasons, throttled, power_capped_ms,
+ * thermal_capped_ms, energy_j, time_s} or nil, why: the current SM clock,
+ * NVML's clock-event reasons (throttled = a power, thermal or hardware
+ * slowdown is active now), NVML's cumulative counters (power_capped_ms and
+ * thermal_capped_ms: time held below the application clocks by that limit;
+ * energy_j: the board's energy, which NVML updates coarsely: compare
+ * readings seconds apart; each absent where NVML or the GPU lacks it) and the host's monotonic time when read (seconds). Subtract two
+ * readings for what happened between them. NVML is optional. */
 static int
 l_gpu_clocks(lua_State *L)
 {
@@ -475,6 +480,12 @@ l_gpu_clocks(lua_State *L)
   set_num(L, "reasons", (double)c.reasons);
   lua_pushboolean(L, c.throttled);
   lua_setfield(L, -2, "throttled");
+  if (c.power_capped_ns >= 0) set_num(L, "power_capped_ms", c.power_capped_ns / 1e6);
+  if (c.thermal_capped_ns >= 0) set_num(L, "thermal_capped_ms", c.thermal_capped_ns / 1e6);
+  if (c.energy_mj >= 0) set_num(L, "energy_j", c.energy_mj / 1e3);
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  set_num(L, "time_s", (double)t.tv_sec + t.tv_nsec * 1e-9);
   return 1;
 }
 

@@ -15,12 +15,20 @@ typedef void *nvml_device;
 /* Slowdowns that lower clocks under load: SW power cap, HW slowdown, SW
  * thermal, HW thermal, HW power brake. */
 #define NVML_SLOWDOWN_MASK (0x4ull | 0x8ull | 0x20ull | 0x40ull | 0x80ull)
+#define NVML_PERF_POLICY_POWER 0
+#define NVML_PERF_POLICY_THERMAL 1
+typedef struct {
+  unsigned long long reference_us; /* CPU timestamp */
+  unsigned long long violation_ns; /* cumulative time held below application clocks */
+} nvml_violation_time;
 
 static struct {
   int state; /* 0 untried, 1 ready, -1 unavailable */
   int (*device_by_pci)(const char *, nvml_device *);
   int (*clock_info)(nvml_device, int, unsigned *);
   int (*reasons)(nvml_device, unsigned long long *);
+  int (*violation)(nvml_device, int, nvml_violation_time *);
+  int (*energy)(nvml_device, unsigned long long *);
 } nv;
 
 static int
@@ -36,6 +44,8 @@ nvml_load(void)
   nv.reasons = (int (*)(nvml_device, unsigned long long *))dlsym(h, "nvmlDeviceGetCurrentClocksEventReasons");
   if (!nv.reasons)
     nv.reasons = (int (*)(nvml_device, unsigned long long *))dlsym(h, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  nv.violation = (int (*)(nvml_device, int, nvml_violation_time *))dlsym(h, "nvmlDeviceGetViolationStatus");
+  nv.energy = (int (*)(nvml_device, unsigned long long *))dlsym(h, "nvmlDeviceGetTotalEnergyConsumption");
   if (!init || !nv.device_by_pci || !nv.clock_info || init() != 0) return -1;
   nv.state = 1;
   return 1;
@@ -55,5 +65,13 @@ vsa_nvml_clocks(int device, vsa_gpu_clocks *out)
   out->reasons = 0;
   if (nv.reasons) nv.reasons(d, &out->reasons);
   out->throttled = (out->reasons & NVML_SLOWDOWN_MASK) != 0;
+  nvml_violation_time v;
+  out->power_capped_ns = out->thermal_capped_ns = out->energy_mj = -1;
+  if (nv.violation && nv.violation(d, NVML_PERF_POLICY_POWER, &v) == 0)
+    out->power_capped_ns = (long long)v.violation_ns;
+  if (nv.violation && nv.violation(d, NVML_PERF_POLICY_THERMAL, &v) == 0)
+    out->thermal_capped_ns = (long long)v.violation_ns;
+  unsigned long long mj;
+  if (nv.energy && nv.energy(d, &mj) == 0) out->energy_mj = (long long)mj;
   return 0;
 }

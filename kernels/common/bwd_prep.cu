@@ -334,10 +334,10 @@ tile_map(CUtensorMap *m, const void *data, int64_t rows)
 }
 
 bool
-ablate_no_dq_reduce()
+ablate(const char *what)
 {
   const char *a = getenv("VSALAB_ABLATE");
-  return a && strcmp(a, "no_dq_reduce") == 0;
+  return a && strcmp(a, what) == 0;
 }
 
 }  // namespace vsa_bwd

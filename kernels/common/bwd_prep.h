@@ -141,10 +141,13 @@ int chunk_count(int64_t nq, int q_chunk);
  * of BH; one head a group when the q range is chunked. */
 int heads_per_group(int64_t BH, int64_t Sq, int chunks);
 
-/* True when the environment asks for the profiling ablation
- * VSALAB_ABLATE=no_dq_reduce: the sm90a main kernels then skip the dQ
- * reduce (dq is wrong; only timings mean anything). Read at each launch. */
-bool ablate_no_dq_reduce();
+/* True when the environment asks for the profiling ablation `what`
+ * (VSALAB_ABLATE=what), read at each launch. no_dq_reduce: the sm90a main
+ * kernels skip the dQ reduce (dq is wrong; only timings mean anything).
+ * no_pdl: the fixed-point v3 main kernel is a plain stream-ordered launch,
+ * not a programmatic dependent of the row-exponent launch (results are
+ * unchanged; its griddepcontrol.wait then returns at once). */
+bool ablate(const char *what);
 
 /* A 2D tensor map over `rows` x 128 bf16 (256-byte rows) with 64x64 boxes
  * and the 128-byte swizzle (cuTensorMapEncodeTiled, found through the

@@ -276,7 +276,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     p.order = pp.order;
     p.groups = pp.groups;
     p.group_items = pp.group_items;
-    p.skip_dq_reduce = vsa_bwd::ablate_no_dq_reduce();
+    p.skip_dq_reduce = vsa_bwd::ablate("no_dq_reduce");
     cudaError_t e = sm90_tile_maps(p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv);
     if (e == cudaSuccess)
       e = variant == VSA_SM90A_KV2 ? sm90_kv2_launch(p, stream) : sm90_ws_launch(p, stream);

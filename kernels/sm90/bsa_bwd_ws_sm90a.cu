@@ -160,5 +160,5 @@ sm90_ws_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
   static bool configured = false;
   return sm90_launch_main(bwd_ws_kernel<false>, bwd_ws_kernel<true>, THREADS, SMEM_BYTES, configured, p, stream,
-                          true);
+                          !vsa_bwd::ablate("no_pdl"));
 }

@@ -36,7 +36,7 @@ struct sm90_ws_params : sm90_bwd_common {
   const int32_t *order;
   int groups, group_items;
   // Ablation for profiling only (VSALAB_ABLATE=no_dq_reduce, see
-  // vsa_bwd::ablate_no_dq_reduce): the producer skips every dQ reduce, so
+  // vsa_bwd::ablate): the producer skips every dQ reduce, so
   // dq is wrong and only the timing means anything.
   int skip_dq_reduce;
 };

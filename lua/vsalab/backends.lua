@@ -24,7 +24,9 @@ local M = {list = {}}
 -- 0.5 s, so long points measure a throttled chip and never meet the noise
 -- target (device runs of 2026-11-29: 2% noise, 15 s a point; at 16k the
 -- samples split between 1.57 ms and 1.73 ms). The Triton peer
--- (tests/gpu/triton_peer.py) is timed the same way: 20-sample bursts.
+-- (tests/gpu/triton_peer.py) is timed the same way: 20-sample bursts. Even
+-- a burst can meet the power cap; the experiments time such a burst again
+-- (vsalab.experiment.time_uncapped).
 M.kernel_bench_opts = {warmup = 3, min_samples = 20, min_time = 0, max_time = 0.1}
 
 function M.register(b)

@@ -23,7 +23,11 @@
 --   AMBIGUOUS  the medians differ by more than the floor but the ranges
 --              overlap: rerun with more samples
 -- A row that passed in A and fails in B is flagged NEW FAIL; an output
--- whose rel L2 grew more than 2x is flagged ERR UP; a point of A that B
+-- whose rel L2 grew more than 2x is flagged ERR UP; a row whose timing ran
+-- under a power or thermal limit (result.throttled, from NVML: the chip
+-- could not be timed uncapped, kernels/NOTES.md "Timing under the power
+-- cap") is flagged THROTTLED A or THROTTLED B, so its verdict is read as
+-- the limiter's as much as the kernel's; a point of A that B
 -- lacks is flagged MISSING. A run that is a shard of a sweep (run.sweep_id,
 -- after `vsalab merge`) stands for every shard of it: one logical run. Rows
 -- timed on the host clock (CPU points: a few samples on a shared machine
@@ -204,6 +208,8 @@ function M.compare(db, a, b, opts)
       host and host_opts or opts)
     local flags = {}
     if ra.passed == 1 and rb.passed == 0 then flags[#flags + 1] = "NEW FAIL" end
+    if ra.throttled == 1 then flags[#flags + 1] = "THROTTLED A" end
+    if rb.throttled == 1 then flags[#flags + 1] = "THROTTLED B" end
     for name, eb in pairs(rb.errors) do
       local ea = ra.errors[name]
       if ea and ea.rel_l2 and eb.rel_l2 and eb.rel_l2 > 2 * ea.rel_l2 and eb.rel_l2 > 1e-6 then
@@ -251,7 +257,8 @@ local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-pct-ho
 local about = [[
 A is the baseline; a run is an id, latest, latest~N or a revision prefix (4+
 hex digits); RUN:KERNEL takes one kernel's rows. Per point: B/A and a verdict
-(SAME, FAST, SLOW, AMBIGUOUS; NEW FAIL, ERR UP; ONLY A / ONLY B, MISSING).
+(SAME, FAST, SLOW, AMBIGUOUS; NEW FAIL, ERR UP, THROTTLED A/B; ONLY A / ONLY B,
+MISSING).
 Exit 1 on SLOW, NEW FAIL or MISSING (--partial: B may be a subset).]]
 
 -- Entry point of `vsalab compare`: returns the exit status.

@@ -56,3 +56,69 @@ describe("bench", function()
     assert.truthy(H.err(vsalab.bench, function() error("inside") end, {clock = "host", repeats = 2}):match("inside"))
   end)
 end)
+
+describe("timing under the power cap (experiment.time_uncapped)", function()
+  local experiment = require "vsalab.experiment"
+  -- NVML readings whose power counter grows by capped[i] ms over burst i.
+  local function fake(capped, thermal)
+    local n, power, therm = 0, 1000, 50
+    local bursts, sleeps = 0, {}
+    local reading = 0
+    local function clocks()
+      reading = reading + 1
+      if reading % 2 == 0 then -- after burst reading / 2
+        power = power + (capped[reading / 2] or 0)
+        therm = therm + (thermal and thermal[reading / 2] or 0)
+      end
+      return {sm_mhz = 1980, power_capped_ms = power, thermal_capped_ms = therm}
+    end
+    local function burst() bursts = bursts + 1; n = n + 1; return {median = n} end
+    local function sleep(ms) sleeps[#sleeps + 1] = ms end
+    return clocks, burst, sleep, function() return bursts, sleeps end
+  end
+
+  it("times once when the burst was not capped, or when NVML has no counters", function()
+    local clocks, burst, sleep, seen = fake({0})
+    local st, c0, c1, retries = experiment.time_uncapped(burst, clocks, sleep)
+    assert.equal(1, st.median)
+    assert.equal(0, retries)
+    assert.equal(0, experiment.capped_ms(c0, c1))
+    assert.equal(1, (seen()))
+    local n = 0
+    local st2, _, _, r2 = experiment.time_uncapped(function() n = n + 1; return {median = n} end,
+      function() return nil end, function() error("slept without counters") end)
+    assert.equal(1, st2.median)
+    assert.equal(0, r2)
+  end)
+
+  it("retakes a capped burst after a pause and keeps the first uncapped one", function()
+    local clocks, burst, sleep, seen = fake({12.5, 0, 0}, {0, 0, 0})
+    local st, c0, c1, retries = experiment.time_uncapped(burst, clocks, sleep)
+    assert.equal(2, st.median)
+    assert.equal(1, retries)
+    assert.equal(0, experiment.capped_ms(c0, c1))
+    local bursts, sleeps = seen()
+    assert.equal(2, bursts)
+    assert.same({experiment.cap_recovery_ms}, sleeps)
+  end)
+
+  it("gives up after cap_retries and keeps the last burst, still capped", function()
+    local always = {}
+    for i = 1, 10 do always[i] = 0 end
+    local clocks, burst, sleep, seen = fake(always, {3, 3, 3, 3, 3, 3, 3, 3, 3, 3})
+    local st, c0, c1, retries = experiment.time_uncapped(burst, clocks, sleep)
+    assert.equal(experiment.cap_retries, retries)
+    assert.equal(1 + experiment.cap_retries, st.median)
+    assert.equal(1 + experiment.cap_retries, (seen()))
+    assert.equal(3, experiment.capped_ms(c0, c1)) -- the thermal limit counts too
+  end)
+
+  it("reads the capped time from two readings", function()
+    local cap = experiment.capped_ms
+    assert.equal(2.5, cap({power_capped_ms = 10, thermal_capped_ms = 1}, {power_capped_ms = 12, thermal_capped_ms = 1.5}))
+    assert.equal(2, cap({power_capped_ms = 10}, {power_capped_ms = 12})) -- no thermal counter
+    assert.equal(0, cap({power_capped_ms = 10}, {power_capped_ms = 9})) -- a reset counter: not negative
+    assert.is_nil(cap({sm_mhz = 1980}, {sm_mhz = 1980}))
+    assert.is_nil(cap(nil, {power_capped_ms = 1}))
+  end)
+end)

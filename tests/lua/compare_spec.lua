@@ -126,6 +126,28 @@ describe("vsalab compare", function()
     -- A 40% change of a 2-microsecond kernel is under the absolute floor.
     assert.equal("SAME", (cmp.verdict({median = 0.002, min = 0.002, max = 0.002}, {median = 0.0028, min = 0.0028, max = 0.0028})))
   end)
+
+  -- Last: it adds a run (latest~N above counts back from the latest).
+  it("flags rows timed under a power or thermal limit, on the side that was", function()
+    local w = vsalab.db_open(path)
+    local g = synthetic_run(w, 1.1, 0.01, true)
+    w:q("UPDATE result SET throttled = 1 WHERE run_id = ? AND Sq = 16384", g)
+    w:close()
+    local function lines_at(out, S)
+      local t = {}
+      for line in out:gmatch("[^\n]+") do
+        if line:match("^synthetic .* " .. S .. " ") then t[#t + 1] = line end
+      end
+      return t
+    end
+    local rc, out = H.vsalab("compare --db " .. path .. " " .. a .. " " .. g)
+    assert.equal(1, rc, out) -- still SLOW: the flag explains the verdict, it does not excuse it
+    assert.equal(2, #lines_at(out, 16384), out)
+    for _, line in ipairs(lines_at(out, 16384)) do assert.truthy(line:match("SLOW%s+THROTTLED B%s*$"), line) end
+    for _, line in ipairs(lines_at(out, 8192)) do assert.falsy(line:find("THROTTLED", 1, true), line) end
+    local _, out2 = H.vsalab("compare --db " .. path .. " " .. g .. " " .. a)
+    for _, line in ipairs(lines_at(out2, 16384)) do assert.truthy(line:match("FAST%s+THROTTLED A%s*$"), line) end
+  end)
 end)
 
 describe("vsalab rerun", function()
