@@ -677,9 +677,10 @@ end
 
 function M.summary(rows, anchors, gemm)
   if #rows == 0 then return end -- nothing measured here (a resumed run complete already)
-  local t, any_ragged, any_vsa = {}, false, false
+  local t, any_ragged, any_vsa, any_capped = {}, false, false, false
   for _, r in ipairs(rows) do
     any_ragged = any_ragged or r.ragged == 1 or r.ragged == true
+    any_capped = any_capped or r.throttled == 1
     local x = type(r.extra) == "table" and r.extra or {}
     any_vsa = any_vsa or (x.lists ~= nil and x.lists ~= "random")
     local e = r.errors or {}
@@ -691,7 +692,9 @@ function M.summary(rows, anchors, gemm)
       ok = r.passed == nil and "-" or (r.passed == 1 and "pass" or "FAIL"),
       lists = x.lists or "random", sharing = x.sharing,
       gemm = (r.tflops and gemm) and (100 * r.tflops / gemm) or nil,
-      anchor = anchors and anchors(r) or nil}
+      anchor = anchors and anchors(r) or nil,
+      capped = r.throttled ~= 1 and "-" or
+        ((x.capped_ms or 0) > 0 and string.format("%.1f ms", x.capped_ms) or "yes")}
   end
   local cols = {
     {key = "kernel"}, {key = "B", fmt = "%d"}, {key = "H", fmt = "%d"}, {key = "S", fmt = "%d"},
@@ -710,6 +713,9 @@ function M.summary(rows, anchors, gemm)
   if any_ragged then table.insert(cols, 7, {key = "ragged"}) end
   -- Likewise the list kind (random or vsa:ℓ) when any point had VSA lists.
   if any_vsa then table.insert(cols, 7, {key = "lists"}) end
+  -- A point timed under a power or thermal limit it could not wait out
+  -- (M.time_uncapped): say so beside its speed.
+  if any_capped then table.insert(cols, #cols - 1, {key = "capped"}) end
   print()
   report.table(t, cols)
 end

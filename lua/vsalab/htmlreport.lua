@@ -238,7 +238,7 @@ function M.render(db, ids, lead)
       o[#o + 1] = "</table>"
     end
     o[#o + 1] = '<h2>All rows</h2><table class="rows"><tr>'
-    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "lists", "sharing", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "passed", "worst_output", "worst_rel_l2", "note"}
+    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "lists", "sharing", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "throttled", "passed", "worst_output", "worst_rel_l2", "note"}
     for _, r in ipairs(rows) do
       if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
     end
@@ -252,6 +252,8 @@ function M.render(db, ids, lead)
         local f = ({density = "%.3f", sharing = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.4g", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
         local cls = c == "note" and "note" or ((c == "experiment" or c == "kernel" or c == "worst_output" or c == "lists") and "l" or "")
         if c == "passed" and v ~= nil then cls = v == 1 and "pass" or "fail"; v = v == 1 and "pass" or "FAIL" end
+        -- Timed under a power or thermal limit it could not wait out.
+        if c == "throttled" then v = v == 1 and "yes" or nil end
         o[#o + 1] = string.format('<td class="%s">%s</td>', cls, fmt(v, f))
       end
       o[#o + 1] = "</tr>"
