@@ -4,7 +4,7 @@
 --   build/vsalab run tests/gpu/cases.lua sm100a-emu [sm90a ...]
 -- Exits non-zero when a check fails or a backend is unavailable.
 local names = {...}
-if #names == 0 then error("usage: vsalab run tests/gpu/cases.lua BACKEND...", 0) end
+if #names == 0 then require("vsalab.usage").error("usage: vsalab run tests/gpu/cases.lua BACKEND...") end
 local failed = 0
 for _, name in ipairs(names) do
   local ok, why = vsalab.backends.supported(name, "cuda")

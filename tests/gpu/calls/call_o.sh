@@ -3,10 +3,10 @@
 # review mends): call_l.sh's timings against v3.3, then compute-sanitizer
 # on every backward whose preprocess changed, the emulated sm100a, CASES on
 # sm90a-det, and both modes beside Triton (.peer) from 4k to 65k.
-# Session 9 (v3.5, calls S on): OLD=.gpu-bin/vsalab-v3.4 bash tests/gpu/call_o.sh
+# Session 9 (v3.5, calls S on): OLD=.gpu-bin/vsalab-v3.4 bash tests/gpu/calls/call_o.sh
 set -uo pipefail
 B=.gpu-bin/vsalab
-bash tests/gpu/call_l.sh
+bash tests/gpu/calls/call_l.sh
 bash tests/gpu/fixed_point_checks.sh $B
 timeout 150 $B run --db $OUT/peers.db experiments/seed_sweep.lua -a "Sq=[4096,8192,16384,32768,65536]" \
   peers=triton kernels=sm90a,sm90a-det,triton > $OUT/peers.log 2>&1; echo "peers rc $?"

@@ -1,8 +1,8 @@
 -- power_trace.lua — sm90a (fp32) then sm90a-det at one shape for about 3 s
 -- each, back to back, printing the median of every 100 timed calls, so a
 -- time-varying slowdown (the card's power or clock management) shows as a
--- trend, with nvidia-smi sampling beside it (tests/gpu/power_trace.sh):
---   vsalab run tests/gpu/power_trace.lua [Sq] [calls]
+-- trend, with nvidia-smi sampling beside it (tests/gpu/calls/power_trace.sh):
+--   vsalab run tests/gpu/calls/power_trace.lua [Sq] [calls]
 local S, calls = tonumber(arg[1]) or 16384, tonumber(arg[2]) or 2000
 local bench = require "vsalab.bench"
 local p = vsalab.problem.build{B = 1, H = 8, Sq = S, D = 128, density = 0.25,

@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=$reasons --format=csv > /dev/null 2>&1 || reasons=clocks_
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons \
   --format=csv,noheader -lms 20 > "$out/smi.csv" 2>&1 &
 smi=$!
-timeout 120 $B run tests/gpu/power_trace.lua 16384 2000
+timeout 120 $B run tests/gpu/calls/power_trace.lua 16384 2000
 kill $smi
 # Summary: samples by clock and by reason.
 awk -F', ' '{c[$2]++; r[$6]++} END {for (k in c) print "clock", k, c[k]; for (k in r) print "reason", k, r[k]}' "$out/smi.csv" | sort
