@@ -447,9 +447,12 @@ end
 -- under the power cap"). NVML's violation counters say whether a limiter
 -- held the clocks down during the burst; such a burst is timed again after
 -- a pause (nvbench discards throttled samples the same way), at most
--- cap_retries times. The last burst is kept: its row has throttled = 1 and
--- extra.capped_ms > 0 when the chip could not be timed uncapped.
-M.cap_retries, M.cap_recovery_ms = 2, 500
+-- cap_retries times. A burst longer than cap_retry_max_s is not retimed:
+-- that much back-to-back work meets the cap from a cool start too (16k
+-- calls from idle held ~1680 MHz within 0.3 s). The last burst is kept: its
+-- row has throttled = 1 and extra.capped_ms > 0 when the chip could not be
+-- timed uncapped.
+M.cap_retries, M.cap_recovery_ms, M.cap_retry_max_s = 2, 500, 0.25
 
 -- Milliseconds the power or thermal limit held the clocks below the
 -- application clocks between NVML readings c0 and c1 (vsalab.gpu_clocks),
@@ -465,7 +468,8 @@ end
 
 -- Time burst() (it returns vsalab.bench stats) until NVML saw no power or
 -- thermal capping during it, at most 1 + M.cap_retries times, pausing
--- M.cap_recovery_ms before each retry (sleep(ms): a sleep a signal ends;
+-- M.cap_recovery_ms before each retry, and not retiming a burst that took
+-- longer than M.cap_retry_max_s (sleep(ms): a sleep a signal ends;
 -- clocks(): a vsalab.gpu_clocks reading or nil). Returns the last burst's
 -- stats, the readings around it and the number of retries.
 function M.time_uncapped(burst, clocks, sleep)
@@ -479,6 +483,7 @@ function M.time_uncapped(burst, clocks, sleep)
     c1 = clocks()
     local capped = M.capped_ms(c0, c1)
     if not capped or capped == 0 then break end
+    if c0.time_s and c1.time_s and c1.time_s - c0.time_s > M.cap_retry_max_s then break end
   end
   return st, c0, c1, retries
 end

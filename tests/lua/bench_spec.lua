@@ -60,8 +60,9 @@ end)
 describe("timing under the power cap (experiment.time_uncapped)", function()
   local experiment = require "vsalab.experiment"
   -- NVML readings whose power counter grows by capped[i] ms over burst i.
-  local function fake(capped, thermal)
-    local n, power, therm = 0, 1000, 50
+  -- Each burst lasts `seconds` (default 0.03 s, a 16k burst).
+  local function fake(capped, thermal, seconds)
+    local n, power, therm, now = 0, 1000, 50, 100
     local bursts, sleeps = 0, {}
     local reading = 0
     local function clocks()
@@ -69,8 +70,9 @@ describe("timing under the power cap (experiment.time_uncapped)", function()
       if reading % 2 == 0 then -- after burst reading / 2
         power = power + (capped[reading / 2] or 0)
         therm = therm + (thermal and thermal[reading / 2] or 0)
+        now = now + (seconds or 0.03)
       end
-      return {sm_mhz = 1980, power_capped_ms = power, thermal_capped_ms = therm}
+      return {sm_mhz = 1980, power_capped_ms = power, thermal_capped_ms = therm, time_s = now}
     end
     local function burst() bursts = bursts + 1; n = n + 1; return {median = n} end
     local function sleep(ms) sleeps[#sleeps + 1] = ms end
@@ -111,6 +113,17 @@ describe("timing under the power cap (experiment.time_uncapped)", function()
     assert.equal(1 + experiment.cap_retries, st.median)
     assert.equal(1 + experiment.cap_retries, (seen()))
     assert.equal(3, experiment.capped_ms(c0, c1)) -- the thermal limit counts too
+  end)
+
+  it("does not retime a capped burst too long to be timed uncapped", function()
+    local clocks, burst, sleep, seen = fake({40, 0, 0}, nil, experiment.cap_retry_max_s + 0.1)
+    local st, c0, c1, retries = experiment.time_uncapped(burst, clocks, sleep)
+    assert.equal(1, st.median)
+    assert.equal(0, retries)
+    assert.equal(40, experiment.capped_ms(c0, c1))
+    local bursts, sleeps = seen()
+    assert.equal(1, bursts)
+    assert.same({}, sleeps)
   end)
 
   it("reads the capped time from two readings", function()
