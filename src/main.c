@@ -31,8 +31,9 @@
     "  --resume RUN  continue run RUN (its seed and timing; same script and args):\n" \
     "                points it already measured are skipped\n" \
     "  --point-timeout S  give up a sweep point after S seconds (row skipped)\n" \
-    "  --timing MODE hot (back-to-back, default), cold (L2 flushed before each\n" \
-    "                sample) or graph (CUDA-graph replay) for experiments\n" \
+    "  --timing MODE hot (back-to-back bursts, default), cold (L2 flushed before\n" \
+    "                each sample), graph (CUDA-graph replay) or sustained (3 s of\n" \
+    "                back-to-back calls: the clocks a training job gets) for experiments\n" \
     "  --devices all|0,1,3  one worker process per GPU, sweep points to the\n" \
     "                first free one (longest first); one run row, rows name their GPU\n" \
     "  --shard I/N   only the I-th of N slices of the sweep (0 <= I < N), by point\n" \
@@ -236,8 +237,9 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi, const char *
       }
       o.point_timeout = t;
     } else if (strcmp(opt, "--timing") == 0) {
-      if (strcmp(val, "hot") && strcmp(val, "cold") && strcmp(val, "graph")) {
-        fprintf(stderr, "vsalab: --timing expects hot, cold or graph, got '%s'\n", val);
+      if (strcmp(val, "hot") && strcmp(val, "cold") && strcmp(val, "graph") &&
+          strcmp(val, "sustained")) {
+        fprintf(stderr, "vsalab: --timing expects hot, cold, graph or sustained, got '%s'\n", val);
         return 2;
       }
       o.timing = val;

@@ -466,6 +466,16 @@ function M.capped_ms(c0, c1)
   return math.floor(math.max(ms, 0) * 100 + 0.5) / 100
 end
 
+-- Mean board power (W) between NVML readings c0 and c1 (vsalab.gpu_clocks),
+-- or nil: NVML's energy counter moves in coarse steps, so only over 1 s or
+-- more (a sustained burst, a long point).
+function M.watts(c0, c1)
+  if not (c0 and c1 and c0.energy_j and c1.energy_j and c0.time_s and c1.time_s) then return nil end
+  local dt = c1.time_s - c0.time_s
+  if dt < 1 then return nil end
+  return math.floor((c1.energy_j - c0.energy_j) / dt + 0.5)
+end
+
 -- Time burst() (it returns vsalab.bench stats) until NVML saw no power or
 -- thermal capping during it, at most 1 + M.cap_retries times, pausing
 -- M.cap_recovery_ms before each retry, and not retiming a burst that took
@@ -635,7 +645,8 @@ function M.run_config(e, i, c, device, seed, rows, n)
         r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
           clock = bst.clock, seed = p.seed, point = M.point_of(c), stop = bst.stop,
           lists = p.lists, sharing = p.sharing, backend = b.origin, peer = bst.peer,
-          capped_ms = capped, cap_retries = retries > 0 and retries or nil}
+          capped_ms = capped, cap_retries = retries > 0 and retries or nil,
+          watts = M.watts(clk0, clk1)}
         r.point_hash = hash
         -- SM clock around the burst and throttling (NVML, when present): a
         -- limiter active at either end, or one that held the clocks down

@@ -220,10 +220,16 @@ function M.external(o)
     bopts.max_samples = bopts.max_samples or 100000
     bopts.mode = bopts.mode or "hot"
     if bopts.hold == nil then bopts.hold = true end
+    -- Sustained is hot sampling over bench.sustained_s, in words a peer
+    -- knows.
+    local bench = require "vsalab.bench"
+    local sustained = bopts.mode == "sustained"
+    if sustained then bopts = bench.sustained_opts(bopts) end
     local outs, t = M.call(b, p, bopts)
-    local st = require("vsalab.bench").stats(t.samples_ms)
+    local st = bench.stats(t.samples_ms)
     st.clock = type(t.clock) == "string" and t.clock or "peer"
     st.mode = type(t.mode) == "string" and t.mode or "hot"
+    if sustained and st.mode == "hot" then st.mode = "sustained" end
     st.stop = type(t.stop) == "string" and t.stop or nil
     st.peer = {note = t.note, extra = t.extra}
     return outs, st

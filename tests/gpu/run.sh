@@ -105,15 +105,15 @@ for step in $steps; do
     wan720p) t0=$SECONDS
          "$bin" run --db "$out/results.db" experiments/wan720p.lua ${WAN720P_ARGS:-} 2>&1 | tee "$out/wan720p.log"
          echo "wan720p: $((SECONDS - t0)) s wall (${WAN720P_ARGS:-default options})" | tee -a "$out/wan720p.log" ;;
-    modes) # the three timing modes on one sweep, with clocks and the GEMM ceiling
+    modes) # the four timing modes on one sweep, with clocks and the GEMM ceiling
       (bad=0
-       for m in hot cold graph; do
+       for m in hot cold graph sustained; do
          "$bin" run --timing $m --db "$out/modes.db" experiments/seed_sweep.lua -a "Sq=[4096,32768]" reference=0 > "$out/modes.$m" 2>&1 || bad=1
          tail -8 "$out/modes.$m"
        done
        exit $bad) | tee "$out/modes.log"
       rc_modes=${PIPESTATUS[0]}
-      "$bin" query --db "$out/modes.db" "SELECT run_id, kernel, Sq, mode, round(ms_median,4) AS ms, round(tflops,1) AS tflops, samples, rel_stddev, sm_clock_start_mhz, sm_clock_end_mhz, throttled FROM result ORDER BY kernel, Sq, run_id" | tee -a "$out/modes.log"
+      "$bin" query --db "$out/modes.db" "SELECT run_id, kernel, Sq, mode, round(ms_median,4) AS ms, round(tflops,1) AS tflops, samples, rel_stddev, sm_clock_start_mhz, sm_clock_end_mhz, throttled, json_extract(extra, '$.capped_ms') AS capped_ms, json_extract(extra, '$.watts') AS watts FROM result ORDER BY kernel, Sq, run_id" | tee -a "$out/modes.log"
       (exit $rc_modes) ;;
     compare) tests/gpu/compare_proof.sh "$bin" 2>&1 | tee "$out/compare.log" ;;
     fault) tests/gpu/fault_proof.sh "$bin" 2>&1 | tee "$out/fault.log" ;;

@@ -135,3 +135,40 @@ describe("timing under the power cap (experiment.time_uncapped)", function()
     assert.is_nil(cap(nil, {power_capped_ms = 1}))
   end)
 end)
+
+describe("mode 'sustained'", function()
+  local bench = require "vsalab.bench"
+  local experiment = require "vsalab.experiment"
+
+  it("samples back to back for sustained_s, never stopping early on low noise", function()
+    local keep = bench.sustained_s
+    bench.sustained_s = 0.2
+    local core = require "vsalab.core"
+    local calls = 0
+    local t0 = core.proc_now()
+    local ok, st = pcall(bench.bench, function() calls = calls + 1; core.proc_poll({}, 1) end,
+      {mode = "sustained", clock = "host", warmup = 0, max_time = 0.01, min_samples = 5})
+    local elapsed = core.proc_now() - t0
+    bench.sustained_s = keep
+    assert(ok, st)
+    assert.equal("sustained", st.mode)
+    assert.equal("max_time", st.stop) -- not "noise": max_noise is 0
+    assert.equal(calls, st.samples)
+    assert.is_true(st.samples >= 5)
+    -- The window overrides the caller's burst length (max_time = 0.01 above).
+    assert.is_true(elapsed >= 0.2, "sampled for " .. elapsed .. " s")
+  end)
+
+  it("hands bench_raw hot sampling over the window, keeping other options", function()
+    local o = bench.sustained_opts{mode = "sustained", warmup = 2, repeats = 7, hold = false, min_time = 0.5}
+    assert.same({mode = "hot", warmup = 2, hold = false, min_time = bench.sustained_s,
+      max_time = bench.sustained_s, max_noise = 0}, o)
+  end)
+
+  it("gives the mean board power only over a second or more", function()
+    assert.equal(650, experiment.watts({energy_j = 1000, time_s = 10}, {energy_j = 2950, time_s = 13}))
+    assert.is_nil(experiment.watts({energy_j = 1000, time_s = 10}, {energy_j = 1020, time_s = 10.03}))
+    assert.is_nil(experiment.watts({time_s = 10}, {time_s = 13}))
+    assert.is_nil(experiment.watts(nil, {energy_j = 1, time_s = 1}))
+  end)
+end)

@@ -103,6 +103,25 @@ describe("external backends", function()
     for i = 1, #e, 2 do assert.equal(e[i].rel_l2, e[i + 1].rel_l2) end
   end)
 
+  it("ask a peer for hot sampling over the window under mode 'sustained', and call its row so", function()
+    local bench = require "vsalab.bench"
+    local core = require "vsalab.core"
+    local b = vsalab.backends.peer("lua-ref")
+    local p = vsalab.problem.build{B = 1, H = 1, Sq = 256, D = 32, density = 0.5, seed = H.seed(), device = "cpu"}
+    local keep = bench.sustained_s
+    bench.sustained_s = 0.3
+    local t0 = core.proc_now()
+    local ok, outs, st = pcall(b.measure, p, {mode = "sustained", warmup = 0, min_samples = 2, max_time = 0.01})
+    local elapsed = core.proc_now() - t0
+    bench.sustained_s = keep
+    assert(ok, outs)
+    assert.equal("sustained", st.mode)
+    assert.is_true(st.samples >= 2)
+    assert.is_true(elapsed >= 0.3, "the peer sampled for " .. elapsed .. " s")
+    for _, t in pairs(outs) do t:free() end
+    vsalab.problem.free(p)
+  end)
+
   it("fail the point with the peer's message when it exits, writes garbage or NaN", function()
     for fault, want in pairs{exit = "failing on purpose", garbage = "not a .npy file"} do
       local db = dir .. "/" .. fault .. ".db"
