@@ -156,13 +156,16 @@ function M.render(db, a, b, opts)
     return false
   end)
   for _, r in ipairs(shown) do
-    local vcls = (r.verdict == "SLOW" or r.flags ~= "") and "fail" or (r.verdict == "FAST" and "pass" or "")
+    -- THROTTLED explains a verdict (the timing met a power limit); the
+    -- other flags are failures.
+    local bad_flags = (r.flags or ""):gsub("THROTTLED [AB]", ""):gsub("[, ]", "") ~= ""
+    local vcls = (r.verdict == "SLOW" or bad_flags) and "fail" or (r.verdict == "FAST" and "pass" or "")
     local kernel = pair and b.kernel or r.kernel
     local head = string.format('<tr><td class="l">%s · %s</td><td>%s·%s</td><td>%s</td><td>%s</td>',
       esc(r.experiment), esc(kernel), num(r.B, "%d"), num(r.H, "%d"), num(r.S, "%d"), num(r.density, "%.3f"))
     t1[#t1 + 1] = head .. string.format('<td class="l">%s</td><td>%s</td><td>%s</td><td>%s</td><td class="l %s">%s</td><td class="l %s">%s</td></tr>',
       esc(r.mode or ""), num(r.a_ms, "%.4f"), num(r.b_ms, "%.4f"), num(r.ratio, "%.3f"), vcls, esc(r.verdict),
-      r.flags ~= "" and "fail" or "", esc(r.flags or ""))
+      bad_flags and "fail" or "", esc(r.flags or ""))
     t2[#t2 + 1] = head .. err(r.a, "dq") .. err(r.b, "dq") .. err(r.a, "dk") .. err(r.b, "dk")
       .. err(r.a, "dv") .. err(r.b, "dv") .. passed(r.a) .. passed(r.b) .. "</tr>"
   end

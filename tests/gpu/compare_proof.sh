@@ -20,13 +20,18 @@ status=0
 echo "=== run 1 vs run 2 (expect SAME everywhere, exit 0)"
 "$bin" compare --db "$db" 1 2 | tee "$out/compare12.txt"
 rc=${PIPESTATUS[0]}; echo "exit $rc"
-# A row timed under the power cap (flagged THROTTLED: the chip could not be
-# timed uncapped after the retries) compares the limiter: listed, not judged.
-grep -E " (FAST|SLOW|AMBIGUOUS) .*THROTTLED" "$out/compare12.txt" | sed 's/^/throttled, not judged: /'
-bad=$(grep -v "^SAME [0-9]" "$out/compare12.txt" | grep -E " (FAST|SLOW|AMBIGUOUS|ONLY A|ONLY B) |NEW FAIL|MISSING" |
-      grep -Ev " (FAST|SLOW|AMBIGUOUS) .*THROTTLED" || true)
-# Exit 1 is acceptable only when every SLOW row is a throttled one.
-if [ -n "$bad" ] || { [ "$rc" -ne 0 ] && ! grep -qE " SLOW .*THROTTLED" "$out/compare12.txt"; }; then
+# A row timed under the power cap in either run (its only flags THROTTLED A
+# and/or B) compares the limiter, not the kernel: listed, not judged, as
+# long as few rows need it. Any other flag fails the proof.
+excused=" (FAST|SLOW|AMBIGUOUS) +THROTTLED [AB](, THROTTLED B)? *$"
+grep -E "$excused" "$out/compare12.txt" | sed 's/^/throttled, not judged: /'
+n_excused=$(grep -cE "$excused" "$out/compare12.txt")
+bad=$(grep -v "^SAME [0-9]" "$out/compare12.txt" | grep -E " (FAST|SLOW|AMBIGUOUS|ONLY A|ONLY B) |NEW FAIL|MISSING|ERR UP" |
+      grep -Ev "$excused" || true)
+# Exit 1 is acceptable only when every SLOW row is an excused one.
+if [ -n "$bad" ] || [ "$n_excused" -gt 3 ] ||
+   { [ "$rc" -ne 0 ] && ! grep -qE " SLOW +THROTTLED" "$out/compare12.txt"; }; then
+  [ "$n_excused" -gt 3 ] && echo "FAIL: $n_excused rows timed under the power cap: too many to judge (a cooler card, or fewer points)"
   echo "FAIL: not SAME everywhere"; status=1
 fi
 echo "=== run 1 vs slowed run 3 (expect SLOW on the sm90a rows at 4k, exit 1)"

@@ -59,8 +59,8 @@ end)
 
 describe("timing under the power cap (experiment.time_uncapped)", function()
   local experiment = require "vsalab.experiment"
-  -- NVML readings whose power counter grows by capped[i] ms over burst i.
-  -- Each burst lasts `seconds` (default 0.03 s, a 16k burst).
+  -- NVML readings whose power counter grows by capped[i] ms over burst i,
+  -- each burst lasting `seconds` (default 0.03 s, a 16k burst).
   local function fake(capped, thermal, seconds)
     local n, power, therm, now = 0, 1000, 50, 100
     local bursts, sleeps = 0, {}
@@ -81,58 +81,99 @@ describe("timing under the power cap (experiment.time_uncapped)", function()
 
   it("times once when the burst was not capped, or when NVML has no counters", function()
     local clocks, burst, sleep, seen = fake({0})
-    local st, c0, c1, retries = experiment.time_uncapped(burst, clocks, sleep)
+    local st, c0, c1, retries, capped = experiment.time_uncapped(burst, clocks, sleep)
     assert.equal(1, st.median)
     assert.equal(0, retries)
+    assert.is_false(capped)
     assert.equal(0, experiment.capped_ms(c0, c1))
     assert.equal(1, (seen()))
     local n = 0
-    local st2, _, _, r2 = experiment.time_uncapped(function() n = n + 1; return {median = n} end,
+    local st2, _, _, r2, capped2 = experiment.time_uncapped(function() n = n + 1; return {median = n} end,
       function() return nil end, function() error("slept without counters") end)
     assert.equal(1, st2.median)
     assert.equal(0, r2)
+    assert.is_false(capped2)
   end)
 
   it("retakes a capped burst after a pause and keeps the first uncapped one", function()
     local clocks, burst, sleep, seen = fake({12.5, 0, 0}, {0, 0, 0})
-    local st, c0, c1, retries = experiment.time_uncapped(burst, clocks, sleep)
+    local st, c0, c1, retries, capped = experiment.time_uncapped(burst, clocks, sleep)
     assert.equal(2, st.median)
     assert.equal(1, retries)
+    assert.is_false(capped)
     assert.equal(0, experiment.capped_ms(c0, c1))
     local bursts, sleeps = seen()
     assert.equal(2, bursts)
     assert.same({experiment.cap_recovery_ms}, sleeps)
   end)
 
-  it("gives up after cap_retries and keeps the last burst, still capped", function()
-    local always = {}
-    for i = 1, 10 do always[i] = 0 end
-    local clocks, burst, sleep, seen = fake(always, {3, 3, 3, 3, 3, 3, 3, 3, 3, 3})
-    local st, c0, c1, retries = experiment.time_uncapped(burst, clocks, sleep)
+  it("gives up after cap_retries and keeps the least capped burst", function()
+    local clocks, burst, sleep, seen = fake({0, 0, 0, 0}, {9, 3, 6, 6})
+    local st, c0, c1, retries, capped = experiment.time_uncapped(burst, clocks, sleep)
     assert.equal(experiment.cap_retries, retries)
-    assert.equal(1 + experiment.cap_retries, st.median)
     assert.equal(1 + experiment.cap_retries, (seen()))
+    assert.equal(2, st.median)
+    assert.is_true(capped)
     assert.equal(3, experiment.capped_ms(c0, c1)) -- the thermal limit counts too
   end)
 
   it("does not retime a capped burst too long to be timed uncapped", function()
     local clocks, burst, sleep, seen = fake({40, 0, 0}, nil, experiment.cap_retry_max_s + 0.1)
-    local st, c0, c1, retries = experiment.time_uncapped(burst, clocks, sleep)
+    local st, c0, c1, retries, capped = experiment.time_uncapped(burst, clocks, sleep)
     assert.equal(1, st.median)
     assert.equal(0, retries)
+    assert.is_true(capped)
     assert.equal(40, experiment.capped_ms(c0, c1))
     local bursts, sleeps = seen()
     assert.equal(1, bursts)
     assert.same({}, sleeps)
   end)
 
-  it("reads the capped time from two readings", function()
+  it("reads the capped time from two readings, each counter on its own", function()
     local cap = experiment.capped_ms
     assert.equal(2.5, cap({power_capped_ms = 10, thermal_capped_ms = 1}, {power_capped_ms = 12, thermal_capped_ms = 1.5}))
     assert.equal(2, cap({power_capped_ms = 10}, {power_capped_ms = 12})) -- no thermal counter
-    assert.equal(0, cap({power_capped_ms = 10}, {power_capped_ms = 9})) -- a reset counter: not negative
+    assert.equal(2, cap({thermal_capped_ms = 10}, {thermal_capped_ms = 12})) -- no power counter
+    assert.equal(2, cap({power_capped_ms = 10, thermal_capped_ms = 1}, {power_capped_ms = 9, thermal_capped_ms = 3}))
     assert.is_nil(cap({sm_mhz = 1980}, {sm_mhz = 1980}))
     assert.is_nil(cap(nil, {power_capped_ms = 1}))
+  end)
+
+  it("calls a burst capped from cap_fraction of its time, or by the reasons without counters", function()
+    local was = experiment.was_capped
+    local f = experiment.cap_fraction
+    assert.is_true(was({power_capped_ms = 0, time_s = 0}, {power_capped_ms = 1000 * f * 0.03 * 1.5, time_s = 0.03}))
+    assert.is_false(was({power_capped_ms = 0, time_s = 0}, {power_capped_ms = 1000 * f * 0.03 * 0.5, time_s = 0.03}))
+    assert.is_false(was({power_capped_ms = 0, time_s = 0, throttled = true}, {power_capped_ms = 0, time_s = 0.03}))
+    assert.is_true(was({throttled = false}, {throttled = true}))
+    assert.is_false(was({throttled = false}, {throttled = false}))
+  end)
+
+  it("retimes a capped point end to end and flags one it could not time uncapped", function()
+    local dir = H.tmpdir()
+    local smoke = H.root .. "/experiments/smoke.lua -a density=[0.5] kernels=reference"
+    -- The first burst capped for half its time, the rest not.
+    local rc, _, err = H.sh("VSALAB_TEST_CAPPED=50,0 " .. H.exe .. " run --db " .. dir .. "/a.db " .. smoke)
+    assert(rc == 0, err)
+    local d = vsalab.db_open(dir .. "/a.db", {readonly = true})
+    local rows = d:q([[SELECT throttled, json_extract(extra, '$.capped_ms') AS ms,
+      json_extract(extra, '$.cap_retries') AS retries FROM result WHERE kernel = 'reference' ORDER BY id]])
+    d:close()
+    assert.is_true(#rows >= 2)
+    assert.same({throttled = 0, ms = 0, retries = 1}, rows[1])
+    for i = 2, #rows do assert.same({throttled = 0, ms = 0}, rows[i]) end
+    -- Every burst capped: kept, flagged, and the summary says so.
+    local rc2, out2, err2 = H.sh("VSALAB_TEST_CAPPED=50 " .. H.exe .. " run --db " .. dir .. "/b.db " .. smoke)
+    assert(rc2 == 0, err2)
+    local d2 = vsalab.db_open(dir .. "/b.db", {readonly = true})
+    for _, r in ipairs(d2:q([[SELECT throttled, json_extract(extra, '$.capped_ms') AS ms,
+        json_extract(extra, '$.cap_retries') AS retries FROM result WHERE kernel = 'reference']])) do
+      assert.same({throttled = 1, ms = 50, retries = experiment.cap_retries}, r)
+    end
+    d2:close()
+    assert.truthy(out2:match("\nkernel [^\n]* capped "), out2)
+    assert.truthy(out2:match("\nreference [^\n]* 50%.0 ms +pass"), out2)
+    os.execute("rm -rf " .. dir)
   end)
 end)
 
