@@ -994,3 +994,18 @@ describe("a new user's findings: run --check", function()
     assert.equal(0, (H.vsalab("run --check --seed 281474976710655 " .. H.root .. "/experiments/smoke.lua")))
   end)
 end)
+
+describe("a new user's findings: messages name the bad argument", function()
+  it("runs names an argument it does not take", function()
+    local dir = H.tmpdir()
+    for arg, what in pairs{["--bogus"] = "unknown option '--bogus'", extra = "unexpected argument 'extra'"} do
+      local rc, out, err = H.vsalab("runs --db " .. dir .. "/none.db " .. arg)
+      assert.equal(2, rc, err)
+      assert.equal("", out)
+      assert.truthy(err:find("vsalab runs: " .. what, 1, true), err)
+      assert.truthy(err:find("usage: vsalab runs", 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+end)
