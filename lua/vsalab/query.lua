@@ -104,7 +104,7 @@ local formats = {table = true, csv = true, json = true, markdown = true}
 local options = {
   ["--format"] = {key = "format", check = function(v)
     if formats[v] then return v end
-    return nil, "must be table, csv, json or markdown"
+    return nil, "must be table, csv, json or markdown, got '" .. v .. "'"
   end},
   ["--limit"] = {key = "limit", check = function(v)
     local n = tonumber(v)

@@ -1009,3 +1009,17 @@ describe("a new user's findings: messages name the bad argument", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a new user's findings: --format names the bad value", function()
+  it("runs, show and query say which --format they were given", function()
+    local dir = H.tmpdir()
+    for _, cmd in ipairs{"runs", "show 1", "query 'SELECT 1'"} do
+      local rc, out, err = H.vsalab(cmd:gsub("^(%S+)", "%1 --db " .. dir .. "/none.db --format xml"))
+      assert.equal(2, rc, err)
+      assert.equal("", out)
+      assert.truthy(err:find("--format must be table, csv, json or markdown, got 'xml'", 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+end)
