@@ -931,7 +931,17 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     for _, opt in ipairs{"--floor-pct inf", "--floor-pct-host 1e400", "--floor-ms inf"} do
       local rc, _, err = H.vsalab("compare --db " .. dir .. "/none.db " .. opt .. " 1 2")
       assert.equal(2, rc, opt .. ": " .. err)
-      assert.truthy(err:find("expects a finite number >= 0", 1, true), err)
+      assert.truthy(err:find("expects a finite number >= 0, got '" .. opt:match("%S+$") .. "'", 1, true), err)
+    end
+  end)
+
+  it("names the bad floor value (a new user's finding)", function()
+    for _, opt in ipairs{"--floor-pct abc", "--floor-pct -5", "--floor-ms 1e999"} do
+      local rc, out, err = H.vsalab("compare --db " .. dir .. "/none.db " .. opt .. " 1 2")
+      assert.equal(2, rc, opt .. ": " .. err)
+      assert.equal("", out)
+      assert.truthy(err:find(opt:match("^%S+") .. " expects a finite number >= 0, got '"
+        .. opt:match("%S+$") .. "'", 1, true), err)
     end
   end)
 end)
