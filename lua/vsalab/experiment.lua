@@ -259,6 +259,11 @@ end
 
 function M.run(e)
   local device = e.device or "cuda"
+  -- What the tensors take (src/l_args.c): smoke's device=gpu is a typo,
+  -- refused before --check says the arguments check out.
+  if not (device == "cpu" or device == "cuda" or tostring(device):match("^cuda:%d+$")) then
+    usage.error(string.format("argument 'device': expected cpu, cuda or cuda:N, got '%s'", tostring(device)))
+  end
   local skipped = report.reasons()
   local desc, pts
   if e.sweep then

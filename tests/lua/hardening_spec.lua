@@ -1033,3 +1033,23 @@ describe("a new user's findings: --format names the bad value", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a new user's findings: smoke's device=", function()
+  it("refuses a device the tensors cannot take, also under --check, before any run row", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/d.db"
+    for _, flags in ipairs{"--check ", ""} do
+      for _, dev in ipairs{"gpu", "cuda:x", "1"} do
+        local rc, out, err = H.vsalab("run " .. flags .. "--db " .. db .. " " .. H.root
+          .. "/experiments/smoke.lua device=" .. dev)
+        assert.equal(2, rc, err)
+        assert.equal("", out)
+        assert.truthy(err:find("argument 'device': expected cpu, cuda or cuda:N, got '" .. dev .. "'", 1, true), err)
+        assert.falsy(err:find("traceback", 1, true), err)
+      end
+    end
+    assert.is_nil(io.open(db))
+    assert.equal(0, (H.vsalab("run --check --db " .. db .. " " .. H.root .. "/experiments/smoke.lua device=cuda:0")))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
