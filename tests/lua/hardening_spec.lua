@@ -516,7 +516,7 @@ describe("what a new user sees", function()
     local out = dir .. "/r.html"
     local rc, o, err = H.vsalab("report --db " .. db .. " -o " .. out)
     assert(rc == 0, err)
-    assert.truthy(o:match("runs " .. id .. "%)"), o)
+    assert.truthy(o:match("bytes, run " .. id .. "%)"), o)
     local f = io.open(out)
     local html = f:read("*a")
     f:close()
@@ -1050,6 +1050,27 @@ describe("a new user's findings: smoke's device=", function()
     end
     assert.is_nil(io.open(db))
     assert.equal(0, (H.vsalab("run --check --db " .. db .. " " .. H.root .. "/experiments/smoke.lua device=cuda:0")))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a new user's findings: report's last line", function()
+  it("says 'run 2' for one run, not 'runs 2' (which reads as a count)", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/r.db"
+    local d = vsalab.db_open(db)
+    for _ = 1, 2 do
+      local id = d:begin_run{script = "s.lua", args = "[]", seed = 1}
+      d:log{run_id = id, experiment = "e", kernel = "k", Sq = 64, ms_median = 1, tflops = 1}
+      d:end_run(id, "finished")
+    end
+    d:close()
+    local rc, out, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/one.html")
+    assert.equal(0, rc, err)
+    assert.truthy(out:find("bytes, run 2)", 1, true), out)
+    rc, out, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/two.html 1 2")
+    assert.equal(0, rc, err)
+    assert.truthy(out:find("bytes, runs 1, 2)", 1, true), out)
     os.execute("rm -rf " .. dir)
   end)
 end)
