@@ -267,7 +267,7 @@ function M.main(argv)
     local n = tonumber(v)
     -- inf would judge every point SAME: a gate that can never fail.
     if n and n >= 0 and n < math.huge then return n end
-    return nil, "expects a finite number >= 0"
+    return nil, "expects a finite number >= 0, got '" .. tostring(v) .. "'"
   end
   local o, refs = cli.parse("compare", argv, {usage = usage, strict = true, about = about, options = {
     ["--floor-pct"] = {key = "floor_pct", check = floor},

@@ -259,6 +259,11 @@ end
 
 function M.run(e)
   local device = e.device or "cuda"
+  -- What the tensors take (src/l_args.c): smoke's device=gpu is a typo,
+  -- refused before --check says the arguments check out.
+  if not (device == "cpu" or device == "cuda" or tostring(device):match("^cuda:%d+$")) then
+    usage.error(string.format("argument 'device': expected cpu, cuda or cuda:N, got '%s'", tostring(device)))
+  end
   local skipped = report.reasons()
   local desc, pts
   if e.sweep then
@@ -759,7 +764,7 @@ function M.summary(rows, anchors, gemm)
   -- Likewise the list kind (random or vsa:ℓ) when any point had VSA lists.
   if any_vsa then table.insert(cols, 7, {key = "lists"}) end
   -- A point timed under a power or thermal limit it could not wait out
-  -- (M.time_uncapped): say so beside its speed.
+  -- (M.time_uncapped): say so, before the check column.
   if any_capped then table.insert(cols, #cols - 1, {key = "capped"}) end
   print()
   report.table(t, cols)

@@ -365,7 +365,8 @@ function M.main(argv)
       tostring(werr or ferr or cerr or rerr), " (an earlier file there is unchanged)\n")
     return 1
   end
-  print(string.format("wrote %s (%d bytes, runs %s)", out, #html, table.concat(ids, ", ")))
+  print(string.format("wrote %s (%d bytes, run%s %s)", out, #html, #ids == 1 and "" or "s",
+    table.concat(ids, ", ")))
   return 0
 end
 

@@ -104,7 +104,7 @@ local formats = {table = true, csv = true, json = true, markdown = true}
 local options = {
   ["--format"] = {key = "format", check = function(v)
     if formats[v] then return v end
-    return nil, "must be table, csv, json or markdown"
+    return nil, "must be table, csv, json or markdown, got '" .. v .. "'"
   end},
   ["--limit"] = {key = "limit", check = function(v)
     local n = tonumber(v)
@@ -142,11 +142,18 @@ function M.main(argv)
     about = about[cmd]})
   if not o then return rest end
   o.format, o.rest = o.format or "table", rest
+  -- runs takes no positional argument: name the one given (an unknown
+  -- option lands here too, since query values may start with '-'), before
+  -- the DB is opened.
+  if cmd == "runs" and #rest > 0 then
+    local what = rest[1]:sub(1, 1) == "-" and "unknown option '" or "unexpected argument '"
+    cli.fail(cmd, what .. rest[1] .. "'\n" .. usage.runs)
+    return 2
+  end
   local db = cli.open_db(cmd, o.db)
   if not db then return 2 end
   local function fail(msg, code) db:close(); io.stderr:write("vsalab ", cmd, ": ", msg, "\n"); return code or 2 end
   if cmd == "runs" then
-    if #o.rest > 0 then return fail(usage.runs) end
     local cols = {"id", "status", "started_at", "ended_at", "script", "git_rev", "gpu_name", "rows"}
     local rows
     if require("vsalab.shard").has_sweeps(db) then

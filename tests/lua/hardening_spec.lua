@@ -516,7 +516,7 @@ describe("what a new user sees", function()
     local out = dir .. "/r.html"
     local rc, o, err = H.vsalab("report --db " .. db .. " -o " .. out)
     assert(rc == 0, err)
-    assert.truthy(o:match("runs " .. id .. "%)"), o)
+    assert.truthy(o:match("bytes, run " .. id .. "%)"), o)
     local f = io.open(out)
     local html = f:read("*a")
     f:close()
@@ -931,7 +931,17 @@ describe("a breaker's findings: hostile scripts and hosts", function()
     for _, opt in ipairs{"--floor-pct inf", "--floor-pct-host 1e400", "--floor-ms inf"} do
       local rc, _, err = H.vsalab("compare --db " .. dir .. "/none.db " .. opt .. " 1 2")
       assert.equal(2, rc, opt .. ": " .. err)
-      assert.truthy(err:find("expects a finite number >= 0", 1, true), err)
+      assert.truthy(err:find("expects a finite number >= 0, got '" .. opt:match("%S+$") .. "'", 1, true), err)
+    end
+  end)
+
+  it("names the bad floor value (a new user's finding)", function()
+    for _, opt in ipairs{"--floor-pct abc", "--floor-pct -5", "--floor-ms 1e999"} do
+      local rc, out, err = H.vsalab("compare --db " .. dir .. "/none.db " .. opt .. " 1 2")
+      assert.equal(2, rc, opt .. ": " .. err)
+      assert.equal("", out)
+      assert.truthy(err:find(opt:match("^%S+") .. " expects a finite number >= 0, got '"
+        .. opt:match("%S+$") .. "'", 1, true), err)
     end
   end)
 end)
@@ -992,5 +1002,75 @@ describe("a new user's findings: run --check", function()
     assert.equal(2, rc, err)
     assert.truthy(err:find("--seed expects an integer in [0, 2^48)", 1, true), err)
     assert.equal(0, (H.vsalab("run --check --seed 281474976710655 " .. H.root .. "/experiments/smoke.lua")))
+  end)
+end)
+
+describe("a new user's findings: messages name the bad argument", function()
+  it("runs names an argument it does not take", function()
+    local dir = H.tmpdir()
+    for arg, what in pairs{["--bogus"] = "unknown option '--bogus'", extra = "unexpected argument 'extra'"} do
+      local rc, out, err = H.vsalab("runs --db " .. dir .. "/none.db " .. arg)
+      assert.equal(2, rc, err)
+      assert.equal("", out)
+      assert.truthy(err:find("vsalab runs: " .. what, 1, true), err)
+      assert.truthy(err:find("usage: vsalab runs", 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a new user's findings: --format names the bad value", function()
+  it("runs, show and query say which --format they were given", function()
+    local dir = H.tmpdir()
+    for _, cmd in ipairs{"runs", "show 1", "query 'SELECT 1'"} do
+      local rc, out, err = H.vsalab(cmd:gsub("^(%S+)", "%1 --db " .. dir .. "/none.db --format xml"))
+      assert.equal(2, rc, err)
+      assert.equal("", out)
+      assert.truthy(err:find("--format must be table, csv, json or markdown, got 'xml'", 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a new user's findings: smoke's device=", function()
+  it("refuses a device the tensors cannot take, also under --check, before any run row", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/d.db"
+    for _, flags in ipairs{"--check ", ""} do
+      for _, dev in ipairs{"gpu", "cuda:x", "1"} do
+        local rc, out, err = H.vsalab("run " .. flags .. "--db " .. db .. " " .. H.root
+          .. "/experiments/smoke.lua device=" .. dev)
+        assert.equal(2, rc, err)
+        assert.equal("", out)
+        assert.truthy(err:find("argument 'device': expected cpu, cuda or cuda:N, got '" .. dev .. "'", 1, true), err)
+        assert.falsy(err:find("traceback", 1, true), err)
+      end
+    end
+    assert.is_nil(io.open(db))
+    assert.equal(0, (H.vsalab("run --check --db " .. db .. " " .. H.root .. "/experiments/smoke.lua device=cuda:0")))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a new user's findings: report's last line", function()
+  it("says 'run 2' for one run, not 'runs 2' (which reads as a count)", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/r.db"
+    local d = vsalab.db_open(db)
+    for _ = 1, 2 do
+      local id = d:begin_run{script = "s.lua", args = "[]", seed = 1}
+      d:log{run_id = id, experiment = "e", kernel = "k", Sq = 64, ms_median = 1, tflops = 1}
+      d:end_run(id, "finished")
+    end
+    d:close()
+    local rc, out, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/one.html")
+    assert.equal(0, rc, err)
+    assert.truthy(out:find("bytes, run 2)", 1, true), out)
+    rc, out, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/two.html 1 2")
+    assert.equal(0, rc, err)
+    assert.truthy(out:find("bytes, runs 1, 2)", 1, true), out)
+    os.execute("rm -rf " .. dir)
   end)
 end)
