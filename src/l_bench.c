@@ -470,9 +470,14 @@ l_gpu_clocks(lua_State *L)
   }
   int dev = (int)luaL_optinteger(L, 1, vsa_lua_current_device());
   vsa_gpu_clocks c;
-  if (dev < 0 || dev >= n || vsa_nvml_clocks(dev, &c) != 0) {
+  if (dev < 0 || dev >= n) {
     lua_pushnil(L);
-    lua_pushstring(L, dev < 0 || dev >= n ? "no such device" : vsa_last_error());
+    lua_pushfstring(L, "no device %d (this process sees %d)", dev, n);
+    return 2;
+  }
+  if (vsa_nvml_clocks(dev, &c) != 0) {
+    lua_pushnil(L);
+    lua_pushstring(L, vsa_last_error());
     return 2;
   }
   lua_newtable(L);

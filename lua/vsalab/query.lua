@@ -213,10 +213,17 @@ function M.main(argv)
     end
     -- lists: 'random' or 'vsa:ℓ'; sharing: the lists' pair sharing
     -- (vsalab.list_sharing), both from the row's extra.
+    -- throttled: timed while a power or thermal limit held the clocks down
+    -- (a column since schema version 2; a read-only older file lacks it).
+    local thr = ""
+    for _, c in ipairs(db:q("PRAGMA table_info(result)")) do
+      if c.name == "throttled" then thr = "throttled, " end
+    end
     local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ragged, ]]
       .. require("vsalab.compare").lists_sql .. [[ AS lists,
         CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing, mode,
-        samples, ms_median, tflops, passed, worst_output, worst_rel_l2, note FROM result_summary WHERE run_id = ? ORDER BY id]], id)
+        samples, ms_median, tflops, ]] .. thr .. [[passed, worst_output, worst_rel_l2, note
+        FROM result_summary WHERE run_id = ? ORDER BY id]], id)
     if o.format == "json" then
       -- The run's context too (what the table form prints above the rows):
       -- every run column, its JSON-text columns as JSON values (those an

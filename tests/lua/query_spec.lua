@@ -53,6 +53,26 @@ describe("result queries", function()
     end
   end)
 
+  it("shows which rows were timed under a power or thermal limit", function()
+    local thr = dir .. "/thr.db"
+    os.execute("cp " .. db .. " " .. thr)
+    local w = vsalab.db_open(thr)
+    local id = w:q("SELECT max(id) AS id FROM result WHERE kernel = 'reference'")[1].id
+    w:q("UPDATE result SET throttled = 1 WHERE id = ?", id)
+    w:close()
+    local rc, out = H.vsalab("show --db " .. thr .. " --format json latest")
+    assert.equal(0, rc)
+    local rows = vsalab.json.decode(out).rows
+    local seen = 0
+    for _, r in ipairs(rows) do
+      if r.id == id then assert.equal(1, r.throttled); seen = seen + 1
+      else assert.is_true(r.throttled == nil or r.throttled == vsalab.json.null or r.throttled == 0) end
+    end
+    assert.equal(1, seen)
+    local _, tab = H.vsalab("show --db " .. thr .. " latest")
+    assert.truthy(tab:find(" throttled ", 1, true), tab)
+  end)
+
   it("runs any read-only SQL with bound values", function()
     local rc, out = H.vsalab("query --db " .. db .. " \"SELECT count(*) AS n FROM result WHERE kernel = ?\" reference --format csv")
     assert.equal(0, rc)
