@@ -457,8 +457,9 @@ l_device_info(lua_State *L)
  * slowdown is active now), NVML's cumulative counters (power_capped_ms and
  * thermal_capped_ms: time held below the application clocks by that limit;
  * energy_j: the board's energy, which NVML updates coarsely: compare
- * readings seconds apart; each absent where NVML or the GPU lacks it) and the host's monotonic time when read (seconds). Subtract two
- * readings for what happened between them. NVML is optional. */
+ * readings seconds apart; each absent where NVML or the GPU lacks it) and
+ * the host's monotonic time when read (seconds). Subtract two readings for
+ * what happened between them. NVML is optional. */
 static int
 l_gpu_clocks(lua_State *L)
 {

@@ -23,11 +23,12 @@
 --   AMBIGUOUS  the medians differ by more than the floor but the ranges
 --              overlap: rerun with more samples
 -- A row that passed in A and fails in B is flagged NEW FAIL; an output
--- whose rel L2 grew more than 2x is flagged ERR UP; a row whose timing ran
--- under a power or thermal limit (result.throttled, from NVML: the chip
--- could not be timed uncapped, kernels/NOTES.md "Timing under the power
--- cap") is flagged THROTTLED A or THROTTLED B, so its verdict is read as
--- the limiter's as much as the kernel's; a point of A that B
+-- whose rel L2 grew more than 2x is flagged ERR UP; a row marked
+-- result.throttled (NVML: a power or thermal limit held the clocks down for
+-- 1% or more of its timed burst, even after the retries; experiment.lua,
+-- kernels/NOTES.md "Timing under the power cap") is flagged THROTTLED A or
+-- THROTTLED B, so its verdict is read as the limiter's as much as the
+-- kernel's; a point of A that B
 -- lacks is flagged MISSING. A run that is a shard of a sweep (run.sweep_id,
 -- after `vsalab merge`) stands for every shard of it: one logical run. Rows
 -- timed on the host clock (CPU points: a few samples on a shared machine

@@ -252,7 +252,7 @@ function M.render(db, ids, lead)
         local f = ({density = "%.3f", sharing = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.4g", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
         local cls = c == "note" and "note" or ((c == "experiment" or c == "kernel" or c == "worst_output" or c == "lists") and "l" or "")
         if c == "passed" and v ~= nil then cls = v == 1 and "pass" or "fail"; v = v == 1 and "pass" or "FAIL" end
-        -- Timed under a power or thermal limit it could not wait out.
+        -- Timed while a power or thermal limit held the clocks down.
         if c == "throttled" then v = v == 1 and "yes" or nil end
         o[#o + 1] = string.format('<td class="%s">%s</td>', cls, fmt(v, f))
       end
