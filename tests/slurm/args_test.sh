@@ -47,7 +47,7 @@ expect_usage "--seed needs a value" --seed
 expect_usage "--out needs a value" --out --shards 2 "$smoke"
 expect_usage "--shards needs a value" "--shards"
 expect_usage "--seed expects an integer in [0, 2^48), got 'abc'" --seed abc "$smoke"
-expect_usage "--timing expects hot, cold or graph, got 'warm'" --timing warm "$smoke"
+expect_usage "--timing expects hot, cold, graph or sustained, got 'warm'" --timing warm "$smoke"
 expect_usage "--shards expects a count" --shards 0 "$smoke"
 expect_usage "--db is set by this script" --db x.db "$smoke"
 expect_usage "no script $tmp/none.lua" "$tmp/none.lua"
