@@ -489,9 +489,7 @@ l_gpu_clocks(lua_State *L)
   if (c.power_capped_ns >= 0) set_num(L, "power_capped_ms", c.power_capped_ns / 1e6);
   if (c.thermal_capped_ns >= 0) set_num(L, "thermal_capped_ms", c.thermal_capped_ns / 1e6);
   if (c.energy_mj >= 0) set_num(L, "energy_j", c.energy_mj / 1e3);
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  set_num(L, "time_s", (double)t.tv_sec + t.tv_nsec * 1e-9);
+  set_num(L, "time_s", host_ms() / 1e3);
   return 1;
 }
 

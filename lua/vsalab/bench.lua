@@ -57,6 +57,8 @@ end
 -- 700 W, kernels/NOTES.md "Timing under the power cap"), so over 3 s the
 -- median is the capped rate. Returns the options bench_raw takes for it.
 M.sustained_s = 3
+-- Every timing mode (a result row's `mode`; --timing takes the same).
+M.modes = {hot = true, cold = true, graph = true, sustained = true}
 function M.sustained_opts(opts)
   local o = {}
   for k, v in pairs(opts or {}) do o[k] = v end

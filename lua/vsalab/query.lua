@@ -215,10 +215,8 @@ function M.main(argv)
     -- (vsalab.list_sharing), both from the row's extra.
     -- throttled: timed while a power or thermal limit held the clocks down
     -- (a column since schema version 2; a read-only older file lacks it).
-    local thr = ""
-    for _, c in ipairs(db:q("PRAGMA table_info(result)")) do
-      if c.name == "throttled" then thr = "throttled, " end
-    end
+    local thr = #db:q("SELECT 1 FROM pragma_table_info('result') WHERE name = 'throttled'") > 0
+      and "throttled, " or ""
     local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ragged, ]]
       .. require("vsalab.compare").lists_sql .. [[ AS lists,
         CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing, mode,

@@ -66,9 +66,7 @@ function M.main(argv)
   ctx.script = "rerun of row " .. row_id
   ctx.seed = r.run_seed
   -- Timed as the row was, so `compare` sets like against like.
-  if r.mode == "hot" or r.mode == "cold" or r.mode == "graph" or r.mode == "sustained" then
-    ctx.timing = r.mode
-  end
+  if require("vsalab.bench").modes[r.mode] then ctx.timing = r.mode end
   -- Where it ran: rows made on a machine without a GPU carry no gpu_name.
   local device = r.gpu_name and "cuda" or "cpu"
   io.stderr:write(string.format("rerun of row %d: %s %s on %s, run seed %s, point %s, timing %s\n",
