@@ -81,7 +81,7 @@ typedef struct {
   const char *extra;       /* free-form JSON text (must be valid JSON) */
   double ms_p20, ms_p80;   /* 20th / 80th percentile, ms (v2) */
   double rel_stddev;       /* sample stddev / mean (v2) */
-  const char *mode;        /* timing mode: 'hot', 'cold', 'graph' (v2) */
+  const char *mode;        /* timing mode: 'hot', 'cold', 'graph', 'sustained' */
   const char *point_hash;  /* stable hash of the sweep point (v2) */
   const char *samples_ms;  /* raw samples as a JSON array, or NULL (v2) */
   double sm_clock_start_mhz, sm_clock_end_mhz; /* around the point (v2) */

@@ -52,8 +52,12 @@ call_fn(lua_State *L)
   lua_call(L, 0, 0);
 }
 
+/* Calls in flight in mode 'sustained' (each with its own event pair). */
+#define SUSTAIN_RING 32
+
 typedef struct {
   cudaEvent_t start, stop;
+  cudaEvent_t ring_start[SUSTAIN_RING], ring_stop[SUSTAIN_RING]; /* mode 'sustained' */
   int *hold;             /* pinned, mapped: [0] release, [1] hold timed out */
   cudaStream_t capture;  /* mode 'graph': the stream the call is captured on */
   cudaGraphExec_t graph; /* ... and the instantiated graph replayed per sample */
@@ -66,6 +70,11 @@ l_events_gc(lua_State *L)
   event_pair *e = lua_touserdata(L, 1);
   if (e->start) cudaEventDestroy(e->start);
   if (e->stop) cudaEventDestroy(e->stop);
+  for (int i = 0; i < SUSTAIN_RING; i++) {
+    if (e->ring_start[i]) cudaEventDestroy(e->ring_start[i]);
+    if (e->ring_stop[i]) cudaEventDestroy(e->ring_stop[i]);
+    e->ring_start[i] = e->ring_stop[i] = NULL;
+  }
   if (e->graph) cudaGraphExecDestroy(e->graph);
   if (e->capture) cudaStreamDestroy(e->capture);
   if (e->hold) { /* a held kernel still polling must see its release first */
@@ -214,6 +223,53 @@ cuda_sample(lua_State *L, event_pair *ev, int cold, int graph)
   return f;
 }
 
+/* Mode 'sustained' on the CUDA clock: calls queued back to back, an event
+ * pair around each and no synchronisation between them, so the host queues
+ * the next calls while the GPU runs this one, as a training loop does; the
+ * host waits only with SUSTAIN_RING calls in flight. Queues until `count`
+ * calls (count > 0) or, otherwise, until max_time_ms of wall time with at
+ * least min_samples, at most max_samples; every call is a sample (x[],
+ * in order). Returns the number of samples. */
+static int
+sustained_samples(lua_State *L, event_pair *ev, double *x, int count, int min_samples,
+                  int max_samples, double max_time_ms)
+{
+  cudaStream_t s = vsa_stream();
+  cudaError_t e = cudaSuccess;
+  for (int i = 0; i < SUSTAIN_RING && e == cudaSuccess; i++) {
+    e = cudaEventCreate(&ev->ring_start[i]);
+    if (e == cudaSuccess) e = cudaEventCreate(&ev->ring_stop[i]);
+  }
+  int queued = 0, n = 0;
+  const double wall0 = host_ms();
+  while (e == cudaSuccess) {
+    int more = count > 0 ? queued < count
+                         : queued < max_samples &&
+                               !(queued >= min_samples && host_ms() - wall0 >= max_time_ms);
+    if (!more && n == queued) break;
+    if (!more || queued - n == SUSTAIN_RING) { /* take the oldest call's time */
+      const int k = n % SUSTAIN_RING;
+      float f = 0;
+      e = cudaEventSynchronize(ev->ring_stop[k]);
+      if (e == cudaSuccess) e = cudaEventElapsedTime(&f, ev->ring_start[k], ev->ring_stop[k]);
+      x[n++] = f;
+      continue;
+    }
+    const int k = queued % SUSTAIN_RING;
+    e = cudaEventRecord(ev->ring_start[k], s);
+    if (e != cudaSuccess) break;
+    lua_pushvalue(L, 1);
+    if (lua_pcall(L, 0, 0, 0) != 0) lua_error(L);
+    e = cudaEventRecord(ev->ring_stop[k], s);
+    queued++;
+  }
+  if (e != cudaSuccess) {
+    vsa_fail_cuda(e, "bench: sustained sample", __FILE__, __LINE__);
+    vsa_lua_raise(L);
+  }
+  return n;
+}
+
 static double
 opt_real(lua_State *L, int idx, const char *k, double def, double lo, double hi)
 {
@@ -230,9 +286,11 @@ opt_real(lua_State *L, int idx, const char *k, double def, double lo, double hi)
 
 /* vsalab.bench_raw(fn, opts) -> {ms...}, clock, stop reason.
  * opts: mode='hot' (back-to-back), 'cold' (an L2-sized buffer rewritten
- * before every sample, outside the timed region) or 'graph' (fn captured
+ * before every sample, outside the timed region), 'graph' (fn captured
  * once into a CUDA graph after the warm-up; each sample replays it, so host
- * overhead between launches is gone); warmup=3; repeats=N (a
+ * overhead between launches is gone) or 'sustained' (cuda clock: calls
+ * queued back to back without synchronising, sustained_samples; host
+ * clock: as 'hot'); warmup=3; repeats=N (a
  * fixed count) or the adaptive rule with nvbench's defaults: at least
  * min_samples=10 samples and min_time=0.5 s of samples, then stop once the
  * relative standard deviation is <= max_noise=0.005, or at max_time=15 s,
@@ -279,9 +337,11 @@ l_bench_raw(lua_State *L)
                           max_time_ms / 1e3);
   lua_getfield(L, 2, "mode");
   const char *mode = lua_isnil(L, -1) ? "hot" : lua_tostring(L, -1);
-  if (!mode || (strcmp(mode, "hot") && strcmp(mode, "cold") && strcmp(mode, "graph")))
-    return vsa_lua_errorf(L, "bench: field 'mode' must be 'hot', 'cold' or 'graph'");
+  if (!mode || (strcmp(mode, "hot") && strcmp(mode, "cold") && strcmp(mode, "graph") &&
+                strcmp(mode, "sustained")))
+    return vsa_lua_errorf(L, "bench: field 'mode' must be 'hot', 'cold', 'graph' or 'sustained'");
   int cold = strcmp(mode, "cold") == 0, graph = strcmp(mode, "graph") == 0;
+  int sustained = strcmp(mode, "sustained") == 0;
   lua_pop(L, 1);
   lua_getfield(L, 2, "clock");
   const char *clock = lua_isnil(L, -1) ? NULL : lua_tostring(L, -1);
@@ -318,7 +378,7 @@ l_bench_raw(lua_State *L)
     vsa_lua_require_cuda(L);
     cudaError_t e = cudaEventCreate(&ev->start);
     if (e == cudaSuccess) e = cudaEventCreate(&ev->stop);
-    if (e == cudaSuccess && hold)
+    if (e == cudaSuccess && hold && !sustained) /* sustained never holds the stream */
       e = cudaHostAlloc((void **)&ev->hold, 2 * sizeof(int), cudaHostAllocMapped);
     if (e != cudaSuccess) {
       vsa_fail_cuda(e, "cudaEventCreate", __FILE__, __LINE__);
@@ -337,7 +397,11 @@ l_bench_raw(lua_State *L)
   const char *reason = "repeats";
   double total = 0, wall0 = host_ms();
   int n = 0, voids = 0;
-  for (;;) {
+  if (sustained && use_cuda) {
+    n = sustained_samples(L, ev, x, fixed ? repeats : 0, min_samples, max_samples, max_time_ms);
+    reason = fixed ? "repeats" : n >= max_samples ? "max_samples" : "max_time";
+  }
+  for (; !(sustained && use_cuda);) {
     if (fixed && n >= repeats) break;
     if (!fixed) {
       double wall = host_ms() - wall0;

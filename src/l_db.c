@@ -133,8 +133,10 @@ set_field(lua_State *L, int idx, int arg, const field *f, char *base,
     const char *s = lua_tolstring(L, idx, &len);
     if (strlen(s) != len) /* SQLite would keep only the text before the NUL */
       field_error(L, arg, prefix, f->name, "must not contain a NUL byte");
-    if (strcmp(f->name, "mode") == 0 && strcmp(s, "hot") && strcmp(s, "cold") && strcmp(s, "graph"))
-      field_error(L, arg, prefix, f->name, "must be 'hot', 'cold' or 'graph'");
+    /* The timing modes of vsalab.bench (bench.modes). */
+    if (strcmp(f->name, "mode") == 0 && strcmp(s, "hot") && strcmp(s, "cold") && strcmp(s, "graph") &&
+        strcmp(s, "sustained"))
+      field_error(L, arg, prefix, f->name, "must be 'hot', 'cold', 'graph' or 'sustained'");
     *(const char **)(base + f->off) = s;
     break;
   }

@@ -67,7 +67,7 @@ static const char usage[] =
     "  vsalab rerun [--db PATH] ROW           measure a result row's point again\n"
     "                                         with the same inputs (a new run)\n"
     "  vsalab --version                       print the version\n"
-    "  vsalab help                            print this text\n"
+    "  vsalab help [COMMAND]                  print this text, or COMMAND's usage\n"
     "  vsalab COMMAND --help                  that command's usage (also -h)\n"
     "\n"
     "options (before SCRIPT):\n" RUN_OPTIONS
@@ -423,6 +423,10 @@ main(int argc, char **argv)
 {
   if (argc < 2 && isatty(0) && isatty(1)) return cmd_repl(0, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "repl") == 0) return cmd_repl(argc - 2, argv + 2);
+  if (argc == 3 && strcmp(argv[1], "help") == 0) { /* vsalab help CMD: CMD --help */
+    char *help_argv[] = {argv[0], argv[2], "--help", NULL};
+    return main(3, help_argv);
+  }
   if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
       strcmp(argv[1], "-h") == 0) {
     fputs(usage, argc < 2 ? stderr : stdout);

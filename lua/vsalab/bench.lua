@@ -49,10 +49,13 @@ function M.stats(samples)
   }
 end
 
--- Mode 'sustained': back-to-back calls for sustained_s seconds, every one a
--- sample, none dropped early for low noise, the median taken over all. A
--- burst (mode 'hot', 20 samples) shows the kernel at the clock a cool chip
--- holds; a training job runs the backward back to back and meets the
+-- Mode 'sustained': calls back to back for sustained_s seconds, every one a
+-- sample, none dropped early for low noise, the median taken over all. On
+-- the CUDA clock the calls are queued without synchronising between them
+-- (bench_raw keeps 32 in flight, an event pair around each, no hold), so the
+-- GPU never waits for the host unless queueing a call takes longer than
+-- running it, as in a training loop. A burst (mode 'hot', 20 samples) shows
+-- the kernel at the clock a cool chip holds; a training job meets the
 -- board's power cap within ~0.3 s (the H200 at 16k tokens: ~1650 MHz at
 -- 700 W, kernels/NOTES.md "Timing under the power cap"), so over 3 s the
 -- median is the capped rate. Returns the options bench_raw takes for it.
@@ -62,7 +65,7 @@ M.modes = {hot = true, cold = true, graph = true, sustained = true}
 function M.sustained_opts(opts)
   local o = {}
   for k, v in pairs(opts or {}) do o[k] = v end
-  o.mode, o.repeats = "hot", nil
+  o.mode, o.repeats = "sustained", nil
   o.min_time, o.max_time, o.max_noise = M.sustained_s, M.sustained_s, 0
   return o
 end

@@ -300,7 +300,7 @@ function M.run(e)
     M.require_gpu(e.name)
   else
     local timing = (package.loaded.vsalab.context or {}).timing
-    if timing and timing ~= "hot" then
+    if timing == "cold" or timing == "graph" then
       io.stderr:write(e.name, ": --timing ", timing, " applies to GPU points; these CPU points ",
         "time on the host clock (their rows say mode=hot)\n")
     end
@@ -314,8 +314,11 @@ function M.run(e)
         -- A CUDA kernel named for an experiment's CPU points: say how to
         -- move them (on a host without a GPU, require_gpu then says so).
         if device == "cpu" and tostring(why):find("runs on CUDA tensors", 1, true) then
-          why = string.format("%s runs on CUDA tensors and %s's points are on the CPU (give device=cuda)",
-            name, e.name)
+          -- device=cuda is the way only where a GPU is: say both at once.
+          local gpu, no_gpu = core.cuda_available()
+          why = string.format("%s runs on CUDA tensors and %s's points are on the CPU (%s)", name, e.name,
+            gpu and "give device=cuda" or "and this host has no CUDA device: "
+              .. tostring(no_gpu):gsub("^no CUDA device: ", ""))
         end
         usage.error("argument 'kernels': " .. name .. " cannot run here: " .. tostring(why))
       end
@@ -485,6 +488,28 @@ function M.was_capped(c0, c1)
   return (c0 and c0.throttled or c1 and c1.throttled) and true or false
 end
 
+-- A peer's own NVML readings around its samples (timing.json's
+-- extra.nvml = {before=, after=}, tests/peers/vsalab_peer.py nvml_reading)
+-- in place of the counters vsalab read around the whole peer process, its
+-- start-up included. Taken when both readings hold a finite time_s; then a
+-- counter comes from the peer when both readings hold it as a finite number
+-- and is dropped otherwise (never mixed with vsalab's, which span another
+-- interval). The SM clock and the reasons stay vsalab's. Returns c0, c1.
+function M.peer_readings(c0, c1, nv)
+  local r0, r1 = type(nv) == "table" and nv.before, type(nv) == "table" and nv.after
+  if not (c0 and c1 and type(r0) == "table" and type(r1) == "table") then return c0, c1 end
+  local function finite(v) return type(v) == "number" and v == v and v > -math.huge and v < math.huge end
+  if not (finite(r0.time_s) and finite(r1.time_s)) then return c0, c1 end
+  local o0, o1 = {}, {}
+  for k, v in pairs(c0) do o0[k] = v end
+  for k, v in pairs(c1) do o1[k] = v end
+  for _, k in ipairs{"energy_j", "power_capped_ms", "thermal_capped_ms", "time_s"} do
+    local both = finite(r0[k]) and finite(r1[k])
+    o0[k], o1[k] = both and r0[k] or nil, both and r1[k] or nil
+  end
+  return o0, o1
+end
+
 -- Mean board power (W) between NVML readings c0 and c1 (vsalab.gpu_clocks),
 -- or nil: NVML's energy counter moves in coarse steps, so only over 1 s or
 -- more (a sustained burst, a long point).
@@ -546,7 +571,9 @@ end
 -- allocate and free, which waits on the GPU). CPU points always time on
 -- the host clock.
 local function timing_opts(base, graph_ok, device)
-  local mode = device ~= "cpu" and (package.loaded.vsalab.context or {}).timing
+  -- cold and graph need a GPU; hot and sustained (sampling) run anywhere.
+  local mode = (package.loaded.vsalab.context or {}).timing
+  if device == "cpu" and mode ~= "sustained" then mode = nil end
   local o = {}
   for k, v in pairs(base or {}) do o[k] = v end
   if mode and (mode ~= "graph" or graph_ok) then o.mode = mode end
@@ -636,6 +663,8 @@ function M.run_config(e, i, c, device, seed, rows, n)
             clk0 = clocks()
             outs, bst = b.measure(p, timing_opts(b.bench_opts, b.capturable ~= false, device))
             clk1 = clocks()
+            local ex = bst.peer and bst.peer.extra
+            clk0, clk1 = M.peer_readings(clk0, clk1, type(ex) == "table" and ex.nvml)
           elseif b.timed then
             local dq, dk, dv = b.run(p)
             outs = {dq = dq, dk = dk, dv = dv}

@@ -132,7 +132,11 @@ local function parse_values(text, pow2)
         error("sweep: bad range '" .. text .. "'", 0)
       end
       local ok, r = pcall(M.range, start, stop, step)
-      if not ok then error("sweep: bad range '" .. text .. "': " .. tostring(r), 0) end
+      -- range's message already names the range: drop its "range: [...]" prefix.
+      if not ok then
+        local why = tostring(r):gsub("^range: %[[^%]]*%] ", ""):gsub("^range: ", "")
+        error("sweep: bad range '" .. text .. "': " .. why, 0)
+      end
       vals = r
     else
       for x in inner:gmatch("[^,]+") do vals[#vals + 1] = tonumber(x) or x end

@@ -88,40 +88,6 @@ describe("#gpu reference", function()
     end)
   end
 
-  it("holds the stream while a sample queues: host time before a launch is not timed", function()
-    -- 3 ms of host work, then a 50 us kernel: held, the sample is the kernel
-    -- alone; unheld, it starts at the start event and takes the host time in.
-    local function fn()
-      local t = os.clock()
-      while os.clock() - t < 0.003 do end
-      vsalab.gpu_sleep(50)
-    end
-    local held = vsalab.bench(fn, {warmup = 1, repeats = 5})
-    local free = vsalab.bench(fn, {warmup = 1, repeats = 5, hold = false})
-    assert(held.median < 1.0, "held median " .. held.median .. " ms")
-    assert(free.median > 2.5, "unheld median " .. free.median .. " ms")
-  end)
-
-  it("voids a held sample whose function waits on the GPU", function()
-    local e = H.err(vsalab.bench, function() vsalab.gpu_sleep(10); vsalab.synchronize() end,
-      {warmup = 0, repeats = 1})
-    assert.truthy(e:find("waited on the GPU while the stream was held", 1, true), e)
-    assert.truthy(e:find("its call took", 1, true), e)
-    vsalab.synchronize() -- the stream is free again
-  end)
-
-  it("drops one void held sample with a warning and goes on sampling", function()
-    local calls = 0
-    local st = vsalab.bench(function()
-      calls = calls + 1
-      vsalab.gpu_sleep(10)
-      if calls == 1 then vsalab.synchronize() end -- the first held sample only
-    end, {warmup = 0, repeats = 3, keep_samples = true})
-    assert.equal(3, #st.times)
-    assert.equal(4, calls) -- the void sample was not counted
-    vsalab.synchronize()
-  end)
-
   it("reruns into out= buffers bitwise, allocation-free (a CUDA graph captures it)", function()
     local p = vsalab.problem.build{B = 1, H = 2, Sq = 256, Skv = 384, D = 64,
       density = 0.5, ragged = true, seed = H.seed(), device = "cuda"}

@@ -200,9 +200,9 @@ describe("mode 'sustained'", function()
     assert.is_true(elapsed >= 0.2, "sampled for " .. elapsed .. " s")
   end)
 
-  it("hands bench_raw hot sampling over the window, keeping other options", function()
+  it("hands bench_raw the window, keeping other options", function()
     local o = bench.sustained_opts{mode = "sustained", warmup = 2, repeats = 7, hold = false, min_time = 0.5}
-    assert.same({mode = "hot", warmup = 2, hold = false, min_time = bench.sustained_s,
+    assert.same({mode = "sustained", warmup = 2, hold = false, min_time = bench.sustained_s,
       max_time = bench.sustained_s, max_noise = 0}, o)
   end)
 
@@ -211,5 +211,30 @@ describe("mode 'sustained'", function()
     assert.is_nil(experiment.watts({energy_j = 1000, time_s = 10}, {energy_j = 1020, time_s = 10.03}))
     assert.is_nil(experiment.watts({time_s = 10}, {time_s = 13}))
     assert.is_nil(experiment.watts(nil, {energy_j = 1, time_s = 1}))
+  end)
+
+  it("takes a peer's own readings around its samples, counter by counter", function()
+    -- vsalab's readings bracket the peer's start-up: 40 s at 200 W.
+    local c0 = {sm_mhz = 1980, energy_j = 0, power_capped_ms = 0, time_s = 0}
+    local c1 = {sm_mhz = 1700, energy_j = 8000, power_capped_ms = 2900, time_s = 40}
+    local nv = {before = {energy_j = 5000, power_capped_ms = 100, time_s = 30.5},
+      after = {energy_j = 7100, power_capped_ms = 2900, time_s = 33.5, thermal_capped_ms = 1}}
+    local p0, p1 = experiment.peer_readings(c0, c1, nv)
+    assert.equal(700, experiment.watts(p0, p1))
+    assert.equal(2800, experiment.capped_ms(p0, p1))
+    assert.is_nil(p1.thermal_capped_ms) -- in one reading only: not taken
+    assert.equal(1700, p1.sm_mhz)
+    assert.equal(200, experiment.watts(c0, c1)) -- the inputs are not changed
+    -- No times from the peer: vsalab's own readings stand.
+    for _, bad in ipairs{false, {}, {before = {energy_j = 1}, after = {energy_j = 2, time_s = 3}}} do
+      local q0, q1 = experiment.peer_readings(c0, c1, bad)
+      assert.equal(200, experiment.watts(q0, q1))
+    end
+    -- A counter the peer could not read is dropped, not mixed with vsalab's.
+    local q0, q1 = experiment.peer_readings(c0, c1,
+      {before = {energy_j = 0 / 0, time_s = 1}, after = {energy_j = 1, time_s = 3}})
+    assert.is_nil(experiment.watts(q0, q1))
+    assert.is_nil(experiment.capped_ms(q0, q1))
+    assert.is_nil((experiment.peer_readings(nil, c1, nv)))
   end)
 end)

@@ -13,6 +13,17 @@ describe("vsalab CLI", function()
     rc, out = H.vsalab("help")
     assert.equal(0, rc)
     assert.truthy(out:match("vsalab run"))
+    -- help COMMAND is COMMAND --help.
+    for _, cmd in ipairs{"run", "compare", "repl"} do
+      local rc1, out1 = H.vsalab("help " .. cmd)
+      local rc2, out2 = H.vsalab(cmd .. " --help")
+      assert.equal(0, rc1)
+      assert.equal(out2, out1)
+      assert.truthy(out1:find("usage: vsalab " .. cmd, 1, true), out1)
+    end
+    local rc3, _, err = H.vsalab("help bogus")
+    assert.equal(2, rc3)
+    assert.truthy(err:find("unknown command 'bogus'", 1, true), err)
   end)
 
   it("gives an experiment's own help after the script, before any run row", function()
@@ -67,6 +78,28 @@ describe("vsalab CLI", function()
     local rc1, _, err1 = H.vsalab("run --timing warm s.lua")
     assert.equal(2, rc1)
     assert.truthy(err1:find("--timing expects hot, cold, graph or sustained, got 'warm'", 1, true), err1)
+  end)
+
+  it("logs the rows of a --timing sustained run as mode 'sustained'", function()
+    -- End to end (the row validator refused 'sustained' once; only the GPU saw it).
+    H.write(dir .. "/sus.lua", [[
+      require("vsalab.bench").sustained_s = 0.05
+      local exp = require "vsalab.experiment"
+      local sweep = require "vsalab.sweep"
+      local sw = sweep.new{axes = {{"density", {0.5}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}}
+      exp.run{name = "sus", device = "cpu", configs = sw:points(), check = "full", seed = 3}
+    ]])
+    local db = dir .. "/sus.db"
+    local rc, _, err = H.vsalab("run --timing sustained --db " .. db .. " " .. dir .. "/sus.lua")
+    assert(rc == 0, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT mode, samples, passed FROM result WHERE kernel <> 'invert'")
+    d:close()
+    assert.truthy(#rows > 0)
+    for _, r in ipairs(rows) do
+      assert.equal("sustained", r.mode)
+      assert.equal(1, r.passed)
+    end
   end)
 
   it("passes script args and exits 1 with a traceback on error", function()
@@ -139,7 +172,7 @@ describe("vsalab CLI", function()
     e = H.err(function() d:log{run_id = id, experiment = "t", kernel = "k", B = "one"} end)
     assert.truthy(e:match("'B'"))
     e = H.err(function() d:log{run_id = id, experiment = "t", kernel = "k", mode = "warm"} end)
-    assert.truthy(e:match("'mode' must be 'hot', 'cold' or 'graph'"), e)
+    assert.truthy(e:find("'mode' must be 'hot', 'cold', 'graph' or 'sustained'", 1, true), e)
     e = H.err(function() d:log{run_id = id, experiment = "t", kernel = "k", note = "a\0b"} end)
     assert.truthy(e:match("'note' must not contain a NUL byte"), e)
     assert.equal(0, #d:q("SELECT * FROM result"))

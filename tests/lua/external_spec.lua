@@ -103,7 +103,7 @@ describe("external backends", function()
     for i = 1, #e, 2 do assert.equal(e[i].rel_l2, e[i + 1].rel_l2) end
   end)
 
-  it("ask a peer for hot sampling over the window under mode 'sustained', and call its row so", function()
+  it("ask a peer for sampling over the window under mode 'sustained', and call its row so", function()
     local bench = require "vsalab.bench"
     local core = require "vsalab.core"
     local b = vsalab.backends.peer("lua-ref")

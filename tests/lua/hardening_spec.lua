@@ -428,8 +428,10 @@ describe("exit codes and messages", function()
     usage_err(smoke .. " kernels=triton", "needs peers=NAME too")
     -- Registered here but unable to run on this device: refused up front
     -- instead of a run that times nothing for it and exits 0.
+    -- On a host without a GPU it says so at once, not after device=cuda.
     usage_err(smoke .. " kernels=sm90a", "argument 'kernels': sm90a cannot run here: sm90a runs on "
-      .. "CUDA tensors and smoke's points are on the CPU (give device=cuda)")
+      .. "CUDA tensors and smoke's points are on the CPU (" .. (vsalab.cuda_available() and "give device=cuda)"
+      or "and this host has no CUDA device: no NVIDIA GPU or driver found"))
     -- With device=cuda on a host without a GPU: the README's message.
     if not vsalab.cuda_available() then
       usage_err(smoke .. " kernels=sm90a device=cuda", "smoke needs a CUDA device: no NVIDIA GPU or driver found")

@@ -73,6 +73,9 @@ describe("sweep", function()
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("bad range") or
         H.err(function() make():override{"-a", bad} end):match("pow2"), bad)
     end
+    -- The range is named once, with what is wrong with it.
+    local e = H.err(function() make():override{"-a", "H=[1:100000000:1]"} end)
+    assert.equal("sweep: bad range '[1:100000000:1]': has 1e+08 values, more than 100000", e)
     assert.truthy(H.err(function() make():override{"-a", "density=[0.5,0.5]"} end):match("listed twice"))
     for _, bad in ipairs{"density=nan", "density=inf", "density=[1e400]"} do
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("not a finite number"), bad)

@@ -92,6 +92,39 @@ def bench_loop(sample, opts):
         total += ms
 
 
+def nvml_reading(pci_bus_id):
+    """NVML's counters for the GPU at pci_bus_id ("0000:19:00.0", as
+    cudaDeviceGetPCIBusId writes it), read through ctypes as vsalab's own
+    src/nvml.c reads them: {energy_j, power_capped_ms, thermal_capped_ms,
+    time_s} (cumulative counters; time_s on the monotonic clock), or None
+    where libnvidia-ml.so.1 or the device is missing. A peer brackets its
+    timed samples with two readings and passes them as
+    save_timing(extra={"nvml": {"before": r0, "after": r1}}): vsalab then
+    derives the row's capped time and mean board power (extra.watts) from the
+    samples alone, not from the peer's start-up."""
+    import ctypes
+    try:
+        nv = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+
+    class Violation(ctypes.Structure):
+        _fields_ = [("reference_ns", ctypes.c_ulonglong), ("violation_ns", ctypes.c_ulonglong)]
+
+    d = ctypes.c_void_p()
+    if nv.nvmlInit_v2() != 0 or nv.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id.encode(), ctypes.byref(d)) != 0:
+        return None
+    out = {"time_s": time.monotonic()}
+    mj = ctypes.c_ulonglong()
+    if nv.nvmlDeviceGetTotalEnergyConsumption(d, ctypes.byref(mj)) == 0:
+        out["energy_j"] = mj.value / 1e3
+    v = Violation()
+    for key, policy in (("power_capped_ms", 0), ("thermal_capped_ms", 1)):  # NVML_PERF_POLICY_*
+        if nv.nvmlDeviceGetViolationStatus(d, policy, ctypes.byref(v)) == 0:
+            out[key] = v.violation_ns / 1e6
+    return out
+
+
 def save_timing(job, samples, clock, mode="hot", stop=None, note="", extra=None):
     with open(os.path.join(job["dir"], job.get("timing_file", "timing.json")), "w") as f:
         json.dump({"samples_ms": samples, "clock": clock, "mode": mode, "stop": stop,

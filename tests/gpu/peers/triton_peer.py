@@ -19,8 +19,12 @@ timing.json's extra (inversion_ms). Timing follows vsalab's bench options
 (warm-up, min samples, noise target, time cap): CUDA events around each call,
 synchronised per sample; with hold (vsalab's default) a spin kernel
 (torch.cuda._sleep) sized to the host launch time is queued first, so the
-events see the kernels back to back, not Python's launch overhead. Triton's
+events see the kernels back to back, not Python's launch overhead. Asked
+for mode 'sustained', calls are queued back to back without synchronising
+(sustained_time), as vsalab's own sustained samples are. Triton's
 backward fixes sm_scale = 1/sqrt(D): another scale is refused (exit 2).
+NVML readings bracket the timed samples (vsalab_peer.nvml_reading), so the
+row's throttling and board power describe the samples, not the start-up.
 """
 import importlib
 import math
@@ -97,6 +101,36 @@ def cuda_time(fn, opts):
     return vp.bench_loop(sample, opts)
 
 
+def sustained_time(fn, opts, ring=32):
+    """Mode 'sustained', as vsalab's bench_raw does it: calls queued back to
+    back with an event pair around each and no synchronisation between them
+    (at most `ring` in flight), for max_time seconds with at least
+    min_samples; every call a sample. The GPU waits for the host only where
+    Python queues a call slower than the GPU runs it."""
+    for _ in range(int(opts.get("warmup", 3))):
+        fn()
+    torch.cuda.synchronize()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(ring)]
+    min_n, max_n = int(opts.get("min_samples", 10)), int(opts.get("max_samples", 100000))
+    max_s = float(opts.get("max_time", 3))
+    xs, queued, wall0 = [], 0, time.perf_counter()
+    while True:
+        more = queued < max_n and not (queued >= min_n and time.perf_counter() - wall0 >= max_s)
+        if not more and len(xs) == queued:
+            break
+        if not more or queued - len(xs) == ring:
+            s, e = ev[len(xs) % ring]
+            e.synchronize()
+            xs.append(s.elapsed_time(e))
+            continue
+        s, e = ev[queued % ring]
+        s.record()
+        fn()
+        e.record()
+        queued += 1
+    return xs, "max_samples" if queued >= max_n else "max_time"
+
+
 def main():
     job = vp.load_job(sys.argv[1])
     if job["device"] != "cuda":
@@ -132,15 +166,22 @@ def main():
     del dq, dk, dv
     if job.get("bench"):
         opts = job["bench"]
-        xs, stop = cuda_time(bwd, opts)
+        props = torch.cuda.get_device_properties(dev)
+        bus = "%04x:%02x:%02x.0" % (getattr(props, "pci_domain_id", 0), getattr(props, "pci_bus_id", -1),
+                                   getattr(props, "pci_device_id", 0))
+        nvml0 = vp.nvml_reading(bus)
+        sustained = opts.get("mode") == "sustained"
+        xs, stop = sustained_time(bwd, opts) if sustained else cuda_time(bwd, opts)
+        nvml1 = vp.nvml_reading(bus)
         inv, _ = cuda_time(lambda: idx.invert_indices(q2k_idx, q2k_num, nkv), dict(opts, repeats=20))
         inv.sort()
         import triton
-        vp.save_timing(job, xs, "cuda", "hot", stop,
+        vp.save_timing(job, xs, "cuda", "sustained" if sustained else "hot", stop,
                        f"FastVideo Triton backward {commit} (torch {torch.__version__}, triton "
                        f"{triton.__version__}), k2q from its own inversion",
                        {"inversion_ms": inv[len(inv) // 2], "peer_commit": commit,
-                        "held": bool(opts.get("hold", True))})
+                        "held": bool(opts.get("hold", True)),
+                        "nvml": {"before": nvml0, "after": nvml1} if nvml0 and nvml1 else None})
     return 0
 
 
