@@ -1,6 +1,6 @@
 -- GPU specs (tag `gpu`; run on the H200 by tests/gpu/run.sh): the GPU
--- inversion and reference against the CPU ones on small shapes, cuRAND on
--- both sides, and every CASES.md case for every backward available on CUDA.
+-- inversion and reference against the CPU ones on small shapes and cuRAND
+-- on both sides (every CASES.md case on CUDA: cases_spec.lua).
 local H = require "helpers"
 
 describe("#gpu device", function()
@@ -108,18 +108,4 @@ describe("#gpu reference", function()
       p.k2q_num, p.vbs, {out = {dq, dk, dv:to("cpu")}})
     assert.truthy(e:find("out[3] (dv): on cpu, but q is on cuda:0", 1, true), e)
   end)
-end)
-
-describe("#gpu CASES.md on CUDA", function()
-  for _, b in ipairs(vsalab.backends.available("cuda")) do
-   if not b.variant_of then
-    local results = vsalab.cases.run(b, {device = "cuda", seed = H.seed() * 100,
-      on_result = function(r) io.stderr:write(vsalab.cases.format(r), "\n") end})
-    for _, r in ipairs(results) do
-      it(b.name .. ": " .. vsalab.cases.format(r):sub(1, 100), function()
-        assert(r.passed, vsalab.cases.format(r))
-      end)
-    end
-   end
-  end
 end)
