@@ -397,11 +397,12 @@ l_bench_raw(lua_State *L)
   const char *reason = "repeats";
   double total = 0, wall0 = host_ms();
   int n = 0, voids = 0;
-  if (sustained && use_cuda) {
+  const int queued_ahead = sustained && use_cuda; /* else one synchronised sample at a time */
+  if (queued_ahead) {
     n = sustained_samples(L, ev, x, fixed ? repeats : 0, min_samples, max_samples, max_time_ms);
     reason = fixed ? "repeats" : n >= max_samples ? "max_samples" : "max_time";
   }
-  for (; !(sustained && use_cuda);) {
+  for (; !queued_ahead;) {
     if (fixed && n >= repeats) break;
     if (!fixed) {
       double wall = host_ms() - wall0;
