@@ -170,6 +170,11 @@ function M.call(b, p, bench)
           error(string.format("backend %s failed: timing.json: sample %s is not a positive time in ms", b.name, tostring(x)), 0)
         end
       end
+      -- The row's mode column takes only vsalab's timing modes.
+      if t.mode ~= nil and not (type(t.mode) == "string" and require("vsalab.bench").modes[t.mode]) then
+        error(string.format("backend %s failed: timing.json: mode %s is not one of hot, cold, graph, sustained",
+          b.name, tostring(t.mode)), 0)
+      end
       tm = t
     end
     return o, tm

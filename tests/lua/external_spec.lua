@@ -123,7 +123,8 @@ describe("external backends", function()
   end)
 
   it("fail the point with the peer's message when it exits, writes garbage or NaN", function()
-    for fault, want in pairs{exit = "failing on purpose", garbage = "not a .npy file"} do
+    for fault, want in pairs{exit = "failing on purpose", garbage = "not a .npy file",
+        mode = "timing.json: mode warm is not one of hot, cold, graph, sustained"} do
       local db = dir .. "/" .. fault .. ".db"
       local rc = H.sh("VSALAB_PEER_FAULT=" .. fault .. " " .. H.exe .. " run --db " .. db .. " " .. smoke .. " peers=lua-ref")
       assert.equal(1, rc)

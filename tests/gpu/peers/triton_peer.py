@@ -180,7 +180,7 @@ def main():
                        f"FastVideo Triton backward {commit} (torch {torch.__version__}, triton "
                        f"{triton.__version__}), k2q from its own inversion",
                        {"inversion_ms": inv[len(inv) // 2], "peer_commit": commit,
-                        "held": bool(opts.get("hold", True)),
+                        "held": bool(opts.get("hold", True)) and not sustained,
                         "nvml": {"before": nvml0, "after": nvml1} if nvml0 and nvml1 else None})
     return 0
 
