@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # main-job.sh — set up, build and run the main job on this machine's GPU:
 # experiments/wan720p.lua into results.db (or the --db given).
-#   scripts/main-job.sh [--db PATH] [script args]
+#   scripts/main-job.sh [vsalab run options] [script args]
 # Script args are the experiment's: axis overrides and key=value options,
 # e.g.  -a H=40 -a density=[0.1,0.25]   kernels=all   reference=timed
 # (README.md, "Experiments"). By default the native kernel of this GPU is
@@ -9,14 +9,30 @@
 set -euo pipefail
 case "${1:-}" in
   -h|--help)
-    echo "usage: scripts/main-job.sh [--db PATH] [script args...]"
+    echo "usage: scripts/main-job.sh [--db PATH] [--seed N] [--timing MODE] [--device N]"
+    echo "                           [--devices all|0,1] [--context K=V] [--point-timeout S]"
+    echo "                           [--resume RUN] [--check] [script args...]"
     echo "set up and build (scripts/setup.sh), then run experiments/wan720p.lua on this"
-    echo "machine's GPU into results.db (or PATH); script args are the experiment's:"
-    echo "-a axis overrides and key=value options (README.md, \"Experiments\")"
+    echo "machine's GPU into results.db (or PATH); the options are vsalab run's, script"
+    echo "args the experiment's: -a axis overrides and key=value options (README.md,"
+    echo "\"Experiments\")"
     exit 0 ;;
 esac
+# vsalab run's options (--db, --seed, --timing, ...) come first and go
+# before the script; read them before the build so a missing value stops
+# at once (exit 2), not after minutes of building or as bash's "unbound
+# variable".
+opts=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --db|--seed|--timing|--device|--devices|--context|--point-timeout|--resume)
+      if [ $# -lt 2 ]; then echo "main-job.sh: $1 needs a value (see --help)" >&2; exit 2; fi
+      opts+=("$1" "$2"); shift 2 ;;
+    --check) opts+=("$1"); shift ;;
+    --*) echo "main-job.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-db=results.db
-if [ "${1:-}" = "--db" ]; then db=$2; shift 2; fi
-exec build/vsalab run --db "$db" experiments/wan720p.lua "$@"
+exec build/vsalab run "${opts[@]}" experiments/wan720p.lua "$@"

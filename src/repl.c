@@ -297,7 +297,15 @@ vsa_repl(lua_State *L)
     at_prompt = 0;
     sigaction(SIGINT, &old, NULL);
     if (!line && buf) { /* Ctrl-D inside a chunk: drop the chunk */
+      /* Say what it lacked: the end of piped input dropped it silently. */
+      int top = lua_gettop(L);
+      compile(L, buf);
       printf("\n");
+      fflush(stdout);
+      fprintf(stderr, "%s (unfinished chunk dropped)\n",
+              lua_tostring(L, -1) ? lua_tostring(L, -1) : "unfinished chunk");
+      fflush(stderr);
+      lua_settop(L, top);
       free(buf);
       buf = NULL;
       continue;

@@ -332,7 +332,27 @@ function M.main(argv)
     counts.SAME, counts.FAST, counts.SLOW, counts.AMBIGUOUS, counts["ONLY A"], counts["ONLY B"],
     counts.MISSING))
   if matched == 0 then
-    io.stderr:write("vsalab compare: no point of run ", sb.label, " matches run ", sa.label, "\n")
+    -- Timing modes never match: say so, or a hot run against a sustained
+    -- one reads as every point MISSING for no visible reason.
+    local ma, mb = {}, {}
+    for _, r in ipairs(rows) do
+      if r.a then ma[r.a.mode or "hot"] = true end
+      if r.b then mb[r.b.mode or "hot"] = true end
+    end
+    local function names(set)
+      local l = {}
+      for m in pairs(set) do l[#l + 1] = m end
+      table.sort(l)
+      return table.concat(l, "/")
+    end
+    local shared = false
+    for m in pairs(ma) do shared = shared or mb[m] == true end
+    local why = ""
+    if next(ma) and next(mb) and not shared then
+      why = string.format(" (run %s was timed %s, run %s %s: rows of different timing modes never compare)",
+        sa.label, names(ma), sb.label, names(mb))
+    end
+    io.stderr:write("vsalab compare: no point of run ", sb.label, " matches run ", sa.label, why, "\n")
     return 1
   end
   return gate and 1 or 0

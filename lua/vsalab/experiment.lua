@@ -293,21 +293,10 @@ function M.run(e)
     io.stderr:write(string.format("%s: shard %d/%d: %d of %d points\n", e.name, shard.index,
       shard.count, #e.configs, all))
   end
-  if checking() then
-    check_done(e.name, string.format("%d point%s to run", #e.configs, #e.configs == 1 and "" or "s"))
-  end
-  if device ~= "cpu" then
-    M.require_gpu(e.name)
-  else
-    local timing = (package.loaded.vsalab.context or {}).timing
-    if timing == "cold" or timing == "graph" then
-      io.stderr:write(e.name, ": --timing ", timing, " applies to GPU points; these CPU points ",
-        "time on the host clock (their rows say mode=hot)\n")
-    end
-  end
   -- kernels= picked by name: each must run here, or the run would time
   -- nothing for it and still exit 0.
-  if e.kernels then
+  local function check_kernels()
+    if not e.kernels then return end
     for name in pairs(e.kernels) do
       local ok, why = backends.supported(name, device)
       if not ok then
@@ -324,6 +313,22 @@ function M.run(e)
       end
     end
   end
+  -- CPU points need no GPU to know a CUDA kernel cannot take them: --check
+  -- says so too (it passed, and the run then stopped with exit 2).
+  if device == "cpu" then check_kernels() end
+  if checking() then
+    check_done(e.name, string.format("%d point%s to run", #e.configs, #e.configs == 1 and "" or "s"))
+  end
+  if device ~= "cpu" then
+    M.require_gpu(e.name)
+  else
+    local timing = (package.loaded.vsalab.context or {}).timing
+    if timing == "cold" or timing == "graph" then
+      io.stderr:write(e.name, ": --timing ", timing, " applies to GPU points; these CPU points ",
+        "time on the host clock (their rows say mode=hot)\n")
+    end
+  end
+  if device ~= "cpu" then check_kernels() end
   -- Backends asked for by plugin= or peers= that cannot run here: say why.
   for _, b in ipairs(backends.list) do
     if b.origin and b.supported then

@@ -90,16 +90,20 @@ end
 -- compare.resolve_side) of db; opts as compare's (floor_pct, floor_ms).
 function M.render(db, a, b, opts)
   opts = opts or compare.defaults
-  local rows, gate, matched = compare.compare(db, a.kernel and a or a.run, b.kernel and b or b.run, opts)
+  local rows, gate, matched, host_rows, host_pct = compare.compare(db, a.kernel and a or a.run,
+    b.kernel and b or b.run, opts)
   local o = {}
   o[#o + 1] = string.format("<h2>Comparison: %s (A, baseline) vs %s (B)</h2>", esc(a.label), esc(b.label))
   o[#o + 1] = '<div class="muted">Per point as <code>vsalab compare</code> matches them: medians, B/A time and the verdict, and each side\'s rel L2 error against the fp64 oracle.</div>'
   local counts = compare.counts(rows)
-  o[#o + 1] = string.format('<div class="note">%d matching point%s; SAME %d, FAST %d, <span class="%s">SLOW %d</span>, AMBIGUOUS %d, ONLY A %d, ONLY B %d, <span class="%s">MISSING %d</span>; floors %.3g%% and %.3g ms. %s</div>',
+  o[#o + 1] = string.format('<div class="note">%d matching point%s; SAME %d, FAST %d, <span class="%s">SLOW %d</span>, AMBIGUOUS %d, ONLY A %d, ONLY B %d, <span class="%s">MISSING %d</span>; floors %.3g%% and %.3g ms%s. %s</div>',
     matched, matched == 1 and "" or "s", counts.SAME, counts.FAST,
     counts.SLOW > 0 and "fail" or "", counts.SLOW, counts.AMBIGUOUS,
     counts["ONLY A"], counts["ONLY B"], counts.MISSING > 0 and "fail" or "", counts.MISSING,
     opts.floor_pct or 2, opts.floor_ms or 0.005,
+    -- As compare's header says it: a B/A of 1.8 called SAME needs the reason.
+    (host_rows or 0) > 0 and string.format(" (%d point%s timed on the host clock (CPU): a %.3g%% floor, "
+      .. "as host timings scatter run to run)", host_rows, host_rows == 1 and "" or "s", host_pct) or "",
     gate and '<b class="fail">`vsalab compare` would fail this pair (SLOW, NEW FAIL or MISSING).</b>'
       or "`vsalab compare` passes this pair.")
   -- Ratio chart per experiment: one series per kernel, heads, density.

@@ -62,6 +62,16 @@ describe("vsalab CLI", function()
     assert.equal(2, rc)
     assert.truthy(err:find("takes no arguments", 1, true), err)
     assert.is_nil(io.open(dir .. "/stub-calls"), "test.sh --bogus started a tool")
+    -- main-job.sh --db with no value was bash's "$2: unbound variable" (exit 1)
+    -- after the build; it and an unknown option now stop before any tool.
+    for _, case in ipairs{{"--db", "--db needs a value"}, {"--timing", "--timing needs a value"},
+        {"--bogus x", "unknown option --bogus"}} do
+      os.remove(dir .. "/stub-calls")
+      local rc2, _, err2 = H.sh("PATH=" .. bin .. ":$PATH " .. H.root .. "/scripts/main-job.sh " .. case[1])
+      assert.equal(2, rc2, case[1] .. ": " .. err2)
+      assert.truthy(err2:find(case[2], 1, true), err2)
+      assert.is_nil(io.open(dir .. "/stub-calls"), "main-job.sh " .. case[1] .. " started a tool")
+    end
   end)
 
   it("exits 2 on usage errors", function()

@@ -51,10 +51,13 @@ describe("vsalab compare", function()
   end)
 
   it("matches rows timed in the same mode only", function()
-    local rc, out = H.vsalab("compare --db " .. path .. " " .. a .. " " .. e)
+    local rc, out, err = H.vsalab("compare --db " .. path .. " " .. a .. " " .. e)
     assert.equal(1, rc)
     assert.truthy(out:match("0 matching points"), out)
     assert.truthy(out:match("ONLY A 8  ONLY B 8"), out)
+    -- A new user's hot run against a graph or sustained one: the reason is said.
+    assert.truthy(err:find("run " .. a .. " was timed hot, run " .. e .. " graph: rows of different "
+      .. "timing modes never compare", 1, true), err)
   end)
 
   it("gates on points the new run lost, unless --partial", function()

@@ -976,6 +976,12 @@ describe("a new user's findings: run --check", function()
       assert.truthy(err:find(c[2], 1, true), err)
       assert.falsy(err:find("to run", 1, true), err) -- refused before the plan is printed
     end
+    -- A CUDA kernel for smoke's CPU points fails on any host: --check said
+    -- the arguments check out, then the run exited 2.
+    rc, _, err = H.vsalab("run --check --db " .. db .. " " .. exp .. "smoke.lua kernels=sm90a")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("argument 'kernels': sm90a cannot run here: sm90a runs on CUDA tensors", 1, true), err)
+    assert.falsy(err:find("check out", 1, true), err)
     assert.is_nil(io.open(db)) -- nothing was opened or written
     rc, _, err = H.vsalab("run --check --resume 1 --db " .. db .. " " .. exp .. "smoke.lua")
     assert.equal(2, rc, err)

@@ -123,6 +123,15 @@ describe("vsalab repl", function()
     tmux("send-keys -t r C-d")
   end)
 
+  it("says what an unfinished chunk lacked when the input ends inside it", function()
+    -- Piped input ending in `for ... do` was dropped without a word.
+    local rc, out, err = H.sh(string.format("printf 'x = 1\\nfor i = 1, 2 do\\n' | HOME=%s %s repl", dir, H.exe))
+    assert.equal(0, rc, err)
+    assert.truthy(out:find("Ctrl-D leaves", 1, true), out)
+    assert.truthy(err:find("'end' expected", 1, true), err)
+    assert.truthy(err:find("(unfinished chunk dropped)", 1, true), err)
+  end)
+
   it("prints db:q results as a table in SELECT order", function()
     local db = dir .. "/q.db"
     local d = vsalab.db_open(db)

@@ -66,6 +66,27 @@ describe("vsalab report A B", function()
     assert.equal(2, (report("999 " .. b)))
   end)
 
+  it("says when host-clock points were judged with the wider floor, as compare does", function()
+    local db2 = vsalab.db_open(path)
+    local function cpu_run(ms)
+      local id = db2:begin_run{script = "smoke"}
+      db2:log{run_id = id, experiment = "smoke", kernel = "reference", B = 1, H = 2, Sq = 768, Skv = 768,
+        D = 64, block = 64, density = 0.5, topk = 6, ragged = 0, ms_median = ms, ms_min = ms * 0.9,
+        ms_max = ms * 1.1, samples = 3, mode = "hot", passed = 1, extra = [[{"clock":"host"}]]}
+      db2:end_run(id, "finished")
+      return id
+    end
+    local c, d = cpu_run(80), cpu_run(110) -- B/A 1.375: SAME only under the host floor
+    db2:close()
+    local rc, html, msg = report(c .. " " .. d)
+    assert.equal(0, rc, msg)
+    assert.truthy(html:find(">SAME</td>", 1, true), html)
+    assert.truthy(html:find("1 point timed on the host clock (CPU): a 50% floor", 1, true), html)
+    -- GPU rows alone: no such note.
+    local _, html2 = report(a .. " " .. b)
+    assert.falsy(html2:find("host clock", 1, true))
+  end)
+
   it("renders in headless Chromium to a picture that is not blank", function()
     assert.equal(0, (report(a .. ":sm90a " .. a .. ":triton")))
     local rc = H.sh("timeout 90 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars " ..
