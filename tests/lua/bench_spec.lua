@@ -50,6 +50,10 @@ describe("bench", function()
     assert.truthy(H.err(vsalab.bench, work, {keep_samples = "no", clock = "host"}):match("'keep_samples' must be a boolean"))
     assert.truthy(H.err(vsalab.bench, work, {max_samples = 7, clock = "host"}):match("max_samples %(7%) is below min_samples %(10%)"))
     assert.truthy(H.err(vsalab.bench, work, {min_time = 2, max_time = 1, clock = "host"}):match("min_time %(2 s%) is above max_time %(1 s%)"))
+    -- Not a table: said so, not "attempt to index local 'opts'".
+    for _, bad in ipairs{5, "sustained", true} do
+      assert.equal("bench: opts must be a table of options, got " .. type(bad), H.err(vsalab.bench, work, bad))
+    end
   end)
 
   it("propagates an error raised by the timed function", function()
