@@ -427,6 +427,10 @@ main(int argc, char **argv)
     char *help_argv[] = {argv[0], argv[2], "--help", NULL};
     return main(3, help_argv);
   }
+  if (argc > 3 && strcmp(argv[1], "help") == 0) { /* a usage error, not the whole text and 0 */
+    fprintf(stderr, "vsalab: help takes one command, got %d words (see vsalab help)\n", argc - 2);
+    return 2;
+  }
   if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
       strcmp(argv[1], "-h") == 0) {
     fputs(usage, argc < 2 ? stderr : stdout);

@@ -496,22 +496,34 @@ end
 -- A peer's own NVML readings around its samples (timing.json's
 -- extra.nvml = {before=, after=}, tests/peers/vsalab_peer.py nvml_reading)
 -- in place of the counters vsalab read around the whole peer process, its
--- start-up included. Taken when both readings hold a finite time_s; then a
--- counter comes from the peer when both readings hold it as a finite number
--- and is dropped otherwise (never mixed with vsalab's, which span another
--- interval). The SM clock and the reasons stay vsalab's. Returns c0, c1.
+-- start-up included. Taken when both readings hold a finite time_s, in
+-- order and inside vsalab's (one monotonic clock); then a counter comes from
+-- the peer when both readings hold it as a finite number that grew by no
+-- more than vsalab's own reading of it around the whole peer, and is dropped
+-- otherwise (never mixed with vsalab's, which span another interval): the
+-- counters only grow, so readings that say otherwise (swapped, another
+-- GPU's, garbage) would log nonsense watts or capped time. The SM clock and
+-- the reasons stay vsalab's. Returns c0, c1.
 function M.peer_readings(c0, c1, nv)
   local r0, r1 = type(nv) == "table" and nv.before, type(nv) == "table" and nv.after
   if not (c0 and c1 and type(r0) == "table" and type(r1) == "table") then return c0, c1 end
   local function finite(v) return type(v) == "number" and v == v and v > -math.huge and v < math.huge end
-  if not (finite(r0.time_s) and finite(r1.time_s)) then return c0, c1 end
+  -- The growth of counter k from x0 to x1: finite and >= 0, else nil.
+  local function growth(x0, x1, k)
+    local d = finite(x0[k]) and finite(x1[k]) and x1[k] - x0[k]
+    return d and d >= 0 and d < math.huge and d or nil
+  end
+  local t, tv = growth(r0, r1, "time_s"), growth(c0, c1, "time_s")
+  if not (t and t > 0 and tv and r0.time_s >= c0.time_s and r1.time_s <= c1.time_s) then return c0, c1 end
   local o0, o1 = {}, {}
   for k, v in pairs(c0) do o0[k] = v end
   for k, v in pairs(c1) do o1[k] = v end
-  for _, k in ipairs{"energy_j", "power_capped_ms", "thermal_capped_ms", "time_s"} do
-    local both = finite(r0[k]) and finite(r1[k])
-    o0[k], o1[k] = both and r0[k] or nil, both and r1[k] or nil
+  for _, k in ipairs{"energy_j", "power_capped_ms", "thermal_capped_ms"} do
+    local d, dv = growth(r0, r1, k), growth(c0, c1, k)
+    local ok = d and dv and d <= dv
+    o0[k], o1[k] = ok and r0[k] or nil, ok and r1[k] or nil
   end
+  o0.time_s, o1.time_s = r0.time_s, r1.time_s
   return o0, o1
 end
 

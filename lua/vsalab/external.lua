@@ -162,7 +162,11 @@ function M.call(b, p, bench)
       local text = read_file(dir .. "/timing.json")
       if not text then error(string.format("backend %s failed: the peer wrote no timing.json", b.name), 0) end
       local okj, t = pcall(json.decode, text)
-      if not okj or type(t) ~= "table" or type(t.samples_ms) ~= "table" or #t.samples_ms == 0 then
+      if not okj then -- Python's json.dump writes NaN unless allow_nan=False
+        error(string.format("backend %s failed: timing.json is not valid JSON (NaN and Infinity are not JSON): %s",
+          b.name, tostring(t)), 0)
+      end
+      if type(t) ~= "table" or type(t.samples_ms) ~= "table" or #t.samples_ms == 0 then
         error(string.format("backend %s failed: timing.json holds no samples_ms list", b.name), 0)
       end
       for _, x in ipairs(t.samples_ms) do
@@ -170,10 +174,17 @@ function M.call(b, p, bench)
           error(string.format("backend %s failed: timing.json: sample %s is not a positive time in ms", b.name, tostring(x)), 0)
         end
       end
-      -- The row's mode column takes only vsalab's timing modes.
-      if t.mode ~= nil and not (type(t.mode) == "string" and require("vsalab.bench").modes[t.mode]) then
-        error(string.format("backend %s failed: timing.json: mode %s is not one of hot, cold, graph, sustained",
+      -- What the row takes as it is: vsalab.log refuses another mode, and a
+      -- note or extra its JSON cannot nest (row extra.peer.extra), failing
+      -- the run instead of this point.
+      local bench = require "vsalab.bench"
+      if t.mode ~= nil and not (type(t.mode) == "string" and bench.modes[t.mode]) then
+        error(string.format("backend %s failed: timing.json: mode '%s' is not hot, cold, graph or sustained",
           b.name, tostring(t.mode)), 0)
+      end
+      if not pcall(json.encode, {row = {peer = {note = t.note, extra = t.extra}}}) then
+        error(string.format("backend %s failed: timing.json: its note and extra nest too deep for the row's JSON",
+          b.name), 0)
       end
       tm = t
     end

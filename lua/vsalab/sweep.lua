@@ -48,8 +48,10 @@ function M.range(start, stop, step)
   -- 0.9999999999999998 (a point's hash depends on the exact value).
   local n = math.floor((stop - start) / step + 1e-9)
   if n + 1 > M.max_values then
-    error(string.format("range: [%s:%s:%s] has %.4g values, more than %d", tostring(start),
-      tostring(stop), tostring(step), n + 1, M.max_values), 0)
+    -- The count exact where it can be: %.4g said "1e+05 values, more than 100000".
+    local count = n + 1 < 2 ^ 53 and string.format("%d", n + 1) or string.format("%.4g", n + 1)
+    error(string.format("range: [%s:%s:%s] has %s values, more than %d", tostring(start),
+      tostring(stop), tostring(step), count, M.max_values), 0)
   end
   for i = 0, n do t[#t + 1] = tonumber(string.format("%.12g", start + i * step)) end
   return t

@@ -50,6 +50,10 @@ describe("bench", function()
     assert.truthy(H.err(vsalab.bench, work, {keep_samples = "no", clock = "host"}):match("'keep_samples' must be a boolean"))
     assert.truthy(H.err(vsalab.bench, work, {max_samples = 7, clock = "host"}):match("max_samples %(7%) is below min_samples %(10%)"))
     assert.truthy(H.err(vsalab.bench, work, {min_time = 2, max_time = 1, clock = "host"}):match("min_time %(2 s%) is above max_time %(1 s%)"))
+    -- Not a table: said so, not "attempt to index local 'opts'".
+    for _, bad in ipairs{5, "sustained", true} do
+      assert.equal("bench: opts must be a table of options, got " .. type(bad), H.err(vsalab.bench, work, bad))
+    end
   end)
 
   it("propagates an error raised by the timed function", function()
@@ -236,5 +240,35 @@ describe("mode 'sustained'", function()
     assert.is_nil(experiment.watts(q0, q1))
     assert.is_nil(experiment.capped_ms(q0, q1))
     assert.is_nil((experiment.peer_readings(nil, c1, nv)))
+  end)
+
+  it("takes no peer reading that cannot be: swapped, outside vsalab's, or beyond its counters", function()
+    -- Once: swapped energies gave -500 W, a capped counter of 1e15 ms over
+    -- 3 s was logged and throttled the row, ±1e308 times gave 0 W.
+    local c0 = {sm_mhz = 1980, energy_j = 0, power_capped_ms = 0, time_s = 0}
+    local c1 = {sm_mhz = 1700, energy_j = 8000, power_capped_ms = 2900, time_s = 40}
+    local function nv(b, a) return {before = b, after = a} end
+    -- Times swapped, or not inside vsalab's readings: vsalab's own stand.
+    for _, bad in ipairs{nv({time_s = 33.5, energy_j = 5000}, {time_s = 30.5, energy_j = 7100}),
+        nv({time_s = -1e308, energy_j = 0}, {time_s = 1e308, energy_j = 1e308}),
+        nv({time_s = 30, energy_j = 0}, {time_s = 41, energy_j = 10})} do
+      local q0, q1 = experiment.peer_readings(c0, c1, bad)
+      assert.equal(200, experiment.watts(q0, q1))
+      assert.equal(2900, experiment.capped_ms(q0, q1))
+    end
+    -- A counter that falls, or grows more than vsalab's around the whole
+    -- peer, is dropped; the others are taken.
+    for _, bad in ipairs{
+        nv({time_s = 30.5, energy_j = 7100, power_capped_ms = 0}, {time_s = 33.5, energy_j = 5000, power_capped_ms = 1e15}),
+        nv({time_s = 30.5, energy_j = -1e308, power_capped_ms = -1e308}, {time_s = 33.5, energy_j = 1e308, power_capped_ms = 1e308})} do
+      local q0, q1 = experiment.peer_readings(c0, c1, bad)
+      assert.is_nil(experiment.watts(q0, q1))
+      assert.is_nil(experiment.capped_ms(q0, q1))
+      assert.is_false(experiment.was_capped(q0, q1))
+    end
+    local q0, q1 = experiment.peer_readings(c0, c1,
+      nv({time_s = 30.5, energy_j = 7100, power_capped_ms = 100}, {time_s = 33.5, energy_j = 5000, power_capped_ms = 200}))
+    assert.is_nil(experiment.watts(q0, q1))
+    assert.equal(100, experiment.capped_ms(q0, q1))
   end)
 end)

@@ -24,6 +24,10 @@ describe("vsalab CLI", function()
     local rc3, _, err = H.vsalab("help bogus")
     assert.equal(2, rc3)
     assert.truthy(err:find("unknown command 'bogus'", 1, true), err)
+    -- More than one word after help: a usage error (it printed the whole text, exit 0).
+    rc3, _, err = H.vsalab("help run extra")
+    assert.equal(2, rc3)
+    assert.truthy(err:find("vsalab: help takes one command, got 2 words", 1, true), err)
   end)
 
   it("gives an experiment's own help after the script, before any run row", function()

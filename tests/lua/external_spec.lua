@@ -122,9 +122,25 @@ describe("external backends", function()
     vsalab.problem.free(p)
   end)
 
+  it("refuse a timing.json whose mode or extra a row cannot hold, naming what is wrong", function()
+    -- Once: mode "warm" or an extra nested 30 deep failed vsalab.log, and
+    -- with it the run (the measured rows after it lost); a Python NaN was
+    -- "no samples_ms list".
+    local p = vsalab.problem.build{B = 1, H = 1, Sq = 128, D = 16, density = 0.5, seed = H.seed(), device = "cpu"}
+    for fault, want in pairs{mode = "timing.json: mode 'warm' is not hot, cold, graph or sustained",
+        deep = "timing.json: its note and extra nest too deep for the row's JSON",
+        nanjson = "timing.json is not valid JSON (NaN and Infinity are not JSON)"} do
+      local b = vsalab.backends.external{name = "fault-" .. fault, cmd = {"/bin/sh", "-c",
+        "VSALAB_PEER_FAULT=" .. fault .. " exec \"$0\" run tests/peers/ref_peer.lua \"$1\"", H.exe}}
+      local e = H.err(b.measure, p, {warmup = 0, min_samples = 2, min_time = 0, max_time = 0.01})
+      assert.truthy(e:find("backend fault-" .. fault .. " failed: " .. want, 1, true), e)
+    end
+    vsalab.problem.free(p)
+  end)
+
   it("fail the point with the peer's message when it exits, writes garbage or NaN", function()
     for fault, want in pairs{exit = "failing on purpose", garbage = "not a .npy file",
-        mode = "timing.json: mode warm is not one of hot, cold, graph, sustained"} do
+        mode = "timing.json: mode 'warm' is not hot, cold, graph or sustained"} do
       local db = dir .. "/" .. fault .. ".db"
       local rc = H.sh("VSALAB_PEER_FAULT=" .. fault .. " " .. H.exe .. " run --db " .. db .. " " .. smoke .. " peers=lua-ref")
       assert.equal(1, rc)

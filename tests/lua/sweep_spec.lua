@@ -75,7 +75,11 @@ describe("sweep", function()
     end
     -- The range is named once, with what is wrong with it.
     local e = H.err(function() make():override{"-a", "H=[1:100000000:1]"} end)
-    assert.equal("sweep: bad range '[1:100000000:1]': has 1e+08 values, more than 100000", e)
+    assert.equal("sweep: bad range '[1:100000000:1]': has 100000000 values, more than 100000", e)
+    e = H.err(function() make():override{"-a", "H=[0:1e15:1e10]"} end)
+    assert.equal("sweep: bad range '[0:1e15:1e10]': has 100001 values, more than 100000", e)
+    e = H.err(function() make():override{"-a", "density=[0:1:1e-300]"} end)
+    assert.equal("sweep: bad range '[0:1:1e-300]': has 1e+300 values, more than 100000", e)
     assert.truthy(H.err(function() make():override{"-a", "density=[0.5,0.5]"} end):match("listed twice"))
     for _, bad in ipairs{"density=nan", "density=inf", "density=[1e400]"} do
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("not a finite number"), bad)

@@ -4,7 +4,8 @@
 -- when the job asks for timing, timing.json). The protocol's CPU test; no
 -- Python needed:
 --   vsalab run tests/peers/ref_peer.lua DIR
--- VSALAB_PEER_FAULT=exit|garbage|nan|slow|mode (an unknown timing mode) makes it misbehave on purpose.
+-- VSALAB_PEER_FAULT=exit|garbage|nan|slow|mode|deep|nanjson makes it
+-- misbehave on purpose.
 local dir = assert(arg[1], "usage: vsalab run tests/peers/ref_peer.lua DIR")
 local f = assert(io.open(dir .. "/job.json"))
 local job = vsalab.json.decode(f:read("*a"))
@@ -41,7 +42,12 @@ if job.bench then
   local samples = st.times
   if fault == "slow" then for i, x in ipairs(samples) do samples[i] = x * 3 end end
   local g = assert(io.open(dir .. "/" .. job.timing_file, "w"))
-  g:write(vsalab.json.encode{samples_ms = samples, clock = st.clock, mode = fault == "mode" and "warm" or "hot",
-    stop = st.stop, note = "vsalab backward_ref in a second process"}, "\n")
+  local text = vsalab.json.encode{samples_ms = samples, clock = st.clock, stop = st.stop,
+    mode = fault == "mode" and "warm" or "hot", note = "vsalab backward_ref in a second process",
+    extra = fault == "deep" and {nvml = "@"} or fault == "nanjson" and {x = "@"} or nil}
+  -- Nesting the JSON reader takes but a row's extra cannot; Python's NaN.
+  if fault == "deep" then text = text:gsub('"@"', ("["):rep(30) .. ("]"):rep(30)) end
+  if fault == "nanjson" then text = text:gsub('"@"', "NaN") end
+  g:write(text, "\n")
   g:close()
 end
