@@ -51,7 +51,7 @@ static const char usage[] =
     "  vsalab repl [options] [-i SCRIPT [args...]]  a Lua prompt with vsalab loaded\n"
     "                                         (also plain `vsalab` on a terminal)\n"
     "  vsalab compare [--db PATH] [--floor-pct 2] [--floor-pct-host 50] [--floor-ms 0.005]\n"
-    "                 [--partial] A B\n"
+    "                 [--partial] A[:KERNEL] B[:KERNEL]\n"
     "                                         speed and error verdicts per point of\n"
     "                                         two runs (ids, latest, latest~N, a\n"
     "                                         revision); exit 1 on SLOW/NEW FAIL/MISSING\n"
@@ -424,6 +424,10 @@ main(int argc, char **argv)
   if (argc < 2 && isatty(0) && isatty(1)) return cmd_repl(0, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "repl") == 0) return cmd_repl(argc - 2, argv + 2);
   if (argc == 3 && strcmp(argv[1], "help") == 0) { /* vsalab help CMD: CMD --help */
+    if (argv[2][0] == '-') { /* an option is no command (help --version printed the version) */
+      fprintf(stderr, "vsalab: help takes a command, got the option '%s' (see vsalab help)\n", argv[2]);
+      return 2;
+    }
     char *help_argv[] = {argv[0], argv[2], "--help", NULL};
     return main(3, help_argv);
   }

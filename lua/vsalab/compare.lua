@@ -81,7 +81,7 @@ local LOGICAL_RUN = "coalesce(sweep_id, 'run:' || id)"
 
 -- What the DB holds, for a reference that matches no run: "the DB has 3
 -- runs, ids 1 to 3" (latest~N counts logical runs: "latest~0 to latest~2").
-local function runs_hint(db, logical)
+function M.runs_hint(db, logical)
   local r = db:q("SELECT count(*) AS n, min(id) AS lo, max(id) AS hi FROM run")[1]
   if r.n == 0 then return "the DB has no runs" end
   if logical then
@@ -98,7 +98,7 @@ end
 function M.resolve(db, ref)
   local function none(why, logical)
     error(string.format("no run matches '%s' (%s%s)", ref, why and (why .. "; ") or "",
-      runs_hint(db, logical)), 0)
+      M.runs_hint(db, logical)), 0)
   end
   local back = (ref == "latest" and "0") or ref:match("^latest~(%d+)$")
   if back then

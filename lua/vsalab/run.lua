@@ -102,10 +102,12 @@ function M.adopt_resume()
   if not okdb then error("--resume: " .. tostring(db):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
   local ok, r = pcall(db.q, db, [[SELECT id, script, seed, args, status, pid, host,
     json_extract(context, '$.timing') AS timing FROM run WHERE id = ?]], ctx.resume)
+  -- What the DB does hold, for a run id it lacks.
+  local hint = ok and not r[1] and require("vsalab.compare").runs_hint(db)
   db:close()
   if not ok then error(r, 0) end
   r = r[1]
-  if not r then error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0) end
+  if not r then error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path .. " (" .. hint .. ")", 0) end
   -- Still running here (its process alive): two writers would measure the
   -- same points twice.
   if r.status == "running" and r.host == ctx.host and r.pid and r.pid ~= ctx.pid then

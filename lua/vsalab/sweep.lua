@@ -129,9 +129,14 @@ local function parse_values(text, pow2)
     local a, b, c = inner:match("^([^:,]+):([^:,]+):?([^:,]*)$")
     -- A range starts with a number; [vsa:4] is a list of one name.
     if a and tonumber(a) then
-      local start, stop, step = tonumber(a), tonumber(b), c ~= "" and tonumber(c) or 1
+      -- (c ~= "" and tonumber(c) or 1 took a step of "y" as 1)
+      local step = 1
+      if c ~= "" then step = tonumber(c) end
+      local start, stop = tonumber(a), tonumber(b)
       if not (start and stop and step and step > 0) then
-        error("sweep: bad range '" .. text .. "'", 0)
+        local why = not tonumber(b) and "the end is not a number" or not step and "the step is not a number"
+          or "the step must be positive"
+        error("sweep: bad range '" .. text .. "': " .. why, 0)
       end
       local ok, r = pcall(M.range, start, stop, step)
       -- range's message already names the range: drop its "range: [...]" prefix.

@@ -306,6 +306,10 @@ describe("resume and point timeout", function()
       assert.truthy(err3:find("--resume: run 1", 1, true), err3)
       assert.falsy(err3:find("stack traceback", 1, true), err3)
     end
+    -- A run the DB lacks: says what it has.
+    local rc4, _, err4 = H.sh(base .. "--resume 99 " .. dir .. "/seeds.lua a=1")
+    assert.equal(2, rc4, err4)
+    assert.truthy(err4:find("--resume: no run 99 in " .. db .. " (the DB has 1 run, ids 1 to 1)", 1, true), err4)
     -- Another script of the same name is not the run's script.
     os.execute("mkdir -p " .. dir .. "/other && cp " .. dir .. "/seeds.lua " .. dir .. "/other/seeds.lua")
     local rc4, _, err4 = H.sh(base .. "--resume 1 " .. dir .. "/other/seeds.lua a=1")

@@ -74,6 +74,11 @@ describe("sweep", function()
         H.err(function() make():override{"-a", bad} end):match("pow2"), bad)
     end
     -- The range is named once, with what is wrong with it.
+    for bad, why in pairs{["H=[1:5:0]"] = "the step must be positive", ["H=[1:3:-1]"] = "the step must be positive",
+                          ["H=[1:x]"] = "the end is not a number", ["H=[1:5:y]"] = "the step is not a number"} do
+      local e = H.err(function() make():override{"-a", bad} end)
+      assert.equal("sweep: bad range '" .. bad:sub(3) .. "': " .. why, e)
+    end
     local e = H.err(function() make():override{"-a", "H=[1:100000000:1]"} end)
     assert.equal("sweep: bad range '[1:100000000:1]': has 100000000 values, more than 100000", e)
     e = H.err(function() make():override{"-a", "H=[0:1e15:1e10]"} end)
