@@ -177,8 +177,8 @@ function M.call(b, p, bench)
       -- What the row takes as it is: vsalab.log refuses another mode, and a
       -- note or extra its JSON cannot nest (row extra.peer.extra), failing
       -- the run instead of this point.
-      local bench = require "vsalab.bench"
-      if t.mode ~= nil and not (type(t.mode) == "string" and bench.modes[t.mode]) then
+      local modes = require("vsalab.bench").modes -- (`bench` here is the job's options)
+      if t.mode ~= nil and not (type(t.mode) == "string" and modes[t.mode]) then
         error(string.format("backend %s failed: timing.json: mode '%s' is not hot, cold, graph or sustained",
           b.name, tostring(t.mode)), 0)
       end
@@ -236,8 +236,9 @@ function M.external(o)
     bopts.max_samples = bopts.max_samples or 100000
     bopts.mode = bopts.mode or "hot"
     if bopts.hold == nil then bopts.hold = true end
-    -- Sustained is hot sampling over bench.sustained_s, in words a peer
-    -- knows.
+    -- Sustained: the window of bench.sustained_opts, asked as mode
+    -- 'sustained' (a peer that samples hot instead still gets the row so
+    -- named, below).
     local bench = require "vsalab.bench"
     local sustained = bopts.mode == "sustained"
     if sustained then bopts = bench.sustained_opts(bopts) end

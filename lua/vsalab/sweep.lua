@@ -36,13 +36,13 @@ M.max_values = 100000
 
 local function finite(x) return type(x) == "number" and x == x and x > -math.huge and x < math.huge end
 
-function M.range(start, stop, step)
-  step = step or 1
+-- The values of [start:stop:step], or nil and why (the range unnamed: the
+-- caller names it as the user wrote it).
+local function range_values(start, stop, step)
   if not (finite(start) and finite(stop) and finite(step)) then
-    error(string.format("range: bounds and step must be finite numbers, got [%s:%s:%s]",
-      tostring(start), tostring(stop), tostring(step)), 0)
+    return nil, "bounds and step must be finite numbers"
   end
-  if not (step > 0) then error("range: step must be positive", 0) end
+  if not (step > 0) then return nil, "step must be positive" end
   local t = {}
   -- Rounded to 12 significant digits, so 0.1 steps give 1.0, not
   -- 0.9999999999999998 (a point's hash depends on the exact value).
@@ -50,11 +50,20 @@ function M.range(start, stop, step)
   if n + 1 > M.max_values then
     -- The count exact where it can be: %.4g said "1e+05 values, more than 100000".
     local count = n + 1 < 2 ^ 53 and string.format("%d", n + 1) or string.format("%.4g", n + 1)
-    error(string.format("range: [%s:%s:%s] has %s values, more than %d", tostring(start),
-      tostring(stop), tostring(step), count, M.max_values), 0)
+    return nil, string.format("has %s values, more than %d", count, M.max_values)
   end
   for i = 0, n do t[#t + 1] = tonumber(string.format("%.12g", start + i * step)) end
   return t
+end
+
+function M.range(start, stop, step)
+  step = step or 1
+  local t, why = range_values(start, stop, step)
+  if t then return t end
+  local r = string.format("[%s:%s:%s]", tostring(start), tostring(stop), tostring(step))
+  if why:find("^has ") then error("range: " .. r .. " " .. why, 0) end
+  if why:find("^bounds") then error("range: " .. why .. ", got " .. r, 0) end
+  error("range: " .. why, 0)
 end
 
 function M.pow2(lo, hi)
@@ -129,21 +138,14 @@ local function parse_values(text, pow2)
     local a, b, c = inner:match("^([^:,]+):([^:,]+):?([^:,]*)$")
     -- A range starts with a number; [vsa:4] is a list of one name.
     if a and tonumber(a) then
-      -- (c ~= "" and tonumber(c) or 1 took a step of "y" as 1)
-      local step = 1
-      if c ~= "" then step = tonumber(c) end
-      local start, stop = tonumber(a), tonumber(b)
+      local start, stop, step = tonumber(a), tonumber(b), c == "" and 1 or tonumber(c)
       if not (start and stop and step and step > 0) then
-        local why = not tonumber(b) and "the end is not a number" or not step and "the step is not a number"
+        local why = not stop and "the end is not a number" or not step and "the step is not a number"
           or "the step must be positive"
         error("sweep: bad range '" .. text .. "': " .. why, 0)
       end
-      local ok, r = pcall(M.range, start, stop, step)
-      -- range's message already names the range: drop its "range: [...]" prefix.
-      if not ok then
-        local why = tostring(r):gsub("^range: %[[^%]]*%] ", ""):gsub("^range: ", "")
-        error("sweep: bad range '" .. text .. "': " .. why, 0)
-      end
+      local r, why = range_values(start, stop, step)
+      if not r then error("sweep: bad range '" .. text .. "': " .. why, 0) end
       vals = r
     else
       for x in inner:gmatch("[^,]+") do vals[#vals + 1] = tonumber(x) or x end
