@@ -146,6 +146,7 @@ local function parse_values(text, pow2)
       end
       local r, why = range_values(start, stop, step)
       if not r then error("sweep: bad range '" .. text .. "': " .. why, 0) end
+      if #r == 0 then error("sweep: no values in '" .. text .. "' (a range counts up from its start to its end)", 0) end
       vals = r
     else
       for x in inner:gmatch("[^,]+") do vals[#vals + 1] = tonumber(x) or x end
@@ -234,7 +235,11 @@ function override(self, argv)
         for _, ax in ipairs(self.axes) do known[#known + 1] = ax.name end
         error("sweep: no axis '" .. name .. "' (axes: " .. table.concat(known, ", ") .. ")", 0)
       end
-      local values = parse_values(vals, flag == "[pow2]")
+      -- Its values' errors name the axis and the -a given, as the checks below do.
+      local okv, values = pcall(parse_values, vals, flag == "[pow2]")
+      if not okv then
+        error(tostring(values):gsub("^sweep: ", "sweep: axis '" .. name .. "': ", 1) .. " in -a " .. spec, 0)
+      end
       -- A numeric axis takes numbers only: 'density=abc' fails here, by
       -- name, not deep inside the run.
       local numeric = #axis.values > 0

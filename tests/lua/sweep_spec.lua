@@ -77,14 +77,21 @@ describe("sweep", function()
     for bad, why in pairs{["H=[1:5:0]"] = "the step must be positive", ["H=[1:3:-1]"] = "the step must be positive",
                           ["H=[1:x]"] = "the end is not a number", ["H=[1:5:y]"] = "the step is not a number"} do
       local e = H.err(function() make():override{"-a", bad} end)
-      assert.equal("sweep: bad range '" .. bad:sub(3) .. "': " .. why, e)
+      assert.equal("sweep: axis 'H': bad range '" .. bad:sub(3) .. "': " .. why .. " in -a " .. bad, e)
     end
     local e = H.err(function() make():override{"-a", "H=[1:100000000:1]"} end)
-    assert.equal("sweep: bad range '[1:100000000:1]': has 100000000 values, more than 100000", e)
+    assert.equal("sweep: axis 'H': bad range '[1:100000000:1]': has 100000000 values, more than 100000"
+      .. " in -a H=[1:100000000:1]", e)
+    -- An empty range says which way it runs.
+    e = H.err(function() make():override{"-a", "density=[1:0:0.25]"} end)
+    assert.equal("sweep: axis 'density': no values in '[1:0:0.25]' (a range counts up from its start to its end)"
+      .. " in -a density=[1:0:0.25]", e)
     e = H.err(function() make():override{"-a", "H=[0:1e15:1e10]"} end)
-    assert.equal("sweep: bad range '[0:1e15:1e10]': has 100001 values, more than 100000", e)
+    assert.equal("sweep: axis 'H': bad range '[0:1e15:1e10]': has 100001 values, more than 100000"
+      .. " in -a H=[0:1e15:1e10]", e)
     e = H.err(function() make():override{"-a", "density=[0:1:1e-300]"} end)
-    assert.equal("sweep: bad range '[0:1:1e-300]': has 1e+300 values, more than 100000", e)
+    assert.equal("sweep: axis 'density': bad range '[0:1:1e-300]': has 1e+300 values, more than 100000"
+      .. " in -a density=[0:1:1e-300]", e)
     assert.truthy(H.err(function() make():override{"-a", "density=[0.5,0.5]"} end):match("listed twice"))
     for _, bad in ipairs{"density=nan", "density=inf", "density=[1e400]"} do
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("not a finite number"), bad)
