@@ -260,7 +260,32 @@ A is the baseline; a run is an id, latest, latest~N or a revision prefix (4+
 hex digits); RUN:KERNEL takes one kernel's rows. Per point: B/A and a verdict
 (SAME, FAST, SLOW, AMBIGUOUS; NEW FAIL, ERR UP, THROTTLED A/B; ONLY A / ONLY B,
 MISSING).
-Exit 1 on SLOW, NEW FAIL or MISSING (--partial: B may be a subset).]]
+Exit 1 on SLOW, NEW FAIL or MISSING (--partial: B may be a subset).
+A point is SAME when B/A is within --floor-pct of 1 (default ]] .. M.defaults.floor_pct
+  .. [[%) or the
+medians differ by less than --floor-ms (default ]] .. M.defaults.floor_ms .. [[ ms); host-clock (CPU)
+rows use --floor-pct-host (default ]] .. M.defaults.floor_pct_host .. [[%). Past the floor, SLOW and FAST
+need the two runs' sample ranges apart.]]
+
+-- When no point matched: "run A was timed hot, run B sustained: ..." if the
+-- two runs' rows share no timing mode, else nil.
+local function mode_mismatch(rows, label_a, label_b)
+  local ma, mb = {}, {}
+  for _, r in ipairs(rows) do
+    if r.a then ma[r.a.mode or "hot"] = true end
+    if r.b then mb[r.b.mode or "hot"] = true end
+  end
+  if not (next(ma) and next(mb)) then return nil end
+  for m in pairs(ma) do if mb[m] then return nil end end
+  local function names(set)
+    local l = {}
+    for m in pairs(set) do l[#l + 1] = m end
+    table.sort(l)
+    return table.concat(l, "/")
+  end
+  return string.format("run %s was timed %s, run %s %s: rows of different timing modes never compare",
+    label_a, names(ma), label_b, names(mb))
+end
 
 -- Entry point of `vsalab compare`: returns the exit status.
 function M.main(argv)
@@ -322,37 +347,28 @@ function M.main(argv)
       .. "(--floor-pct-host), as host timings scatter run to run", host_rows,
       host_rows == 1 and "" or "s", host_pct))
   end
-  report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "B", fmt = "%d"},
-    {key = "H", fmt = "%d"}, {key = "ragged", fmt = "%d"},
-    {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
-    {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
-    {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
+  -- Timing modes never match: a hot run against a sustained one would read
+  -- as every point ONLY A / ONLY B for no visible reason, so the reason
+  -- comes first and the table of unmatched rows is left out.
   local counts = M.counts(rows)
+  local mismatch = matched == 0 and mode_mismatch(rows, sa.label, sb.label)
+  if not mismatch then
+    report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "B", fmt = "%d"},
+      {key = "H", fmt = "%d"}, {key = "ragged", fmt = "%d"},
+      {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
+      {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
+      {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
+  end
+  local function no_match()
+    io.stderr:write("vsalab compare: no point of run ", sb.label, " matches run ", sa.label,
+      mismatch and (" (" .. mismatch .. ")") or "", "\n")
+  end
+  if mismatch then io.stdout:flush(); no_match() end
   print(string.format("SAME %d  FAST %d  SLOW %d  AMBIGUOUS %d  ONLY A %d  ONLY B %d  MISSING %d",
     counts.SAME, counts.FAST, counts.SLOW, counts.AMBIGUOUS, counts["ONLY A"], counts["ONLY B"],
     counts.MISSING))
   if matched == 0 then
-    -- Timing modes never match: say so, or a hot run against a sustained
-    -- one reads as every point MISSING for no visible reason.
-    local ma, mb = {}, {}
-    for _, r in ipairs(rows) do
-      if r.a then ma[r.a.mode or "hot"] = true end
-      if r.b then mb[r.b.mode or "hot"] = true end
-    end
-    local function names(set)
-      local l = {}
-      for m in pairs(set) do l[#l + 1] = m end
-      table.sort(l)
-      return table.concat(l, "/")
-    end
-    local shared = false
-    for m in pairs(ma) do shared = shared or mb[m] == true end
-    local why = ""
-    if next(ma) and next(mb) and not shared then
-      why = string.format(" (run %s was timed %s, run %s %s: rows of different timing modes never compare)",
-        sa.label, names(ma), sb.label, names(mb))
-    end
-    io.stderr:write("vsalab compare: no point of run ", sb.label, " matches run ", sa.label, why, "\n")
+    if not mismatch then no_match() end
     return 1
   end
   return gate and 1 or 0

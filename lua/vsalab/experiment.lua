@@ -104,7 +104,14 @@ local function script_help(defaults)
     print(string.format("  %s=%s", k, text))
   end
   print("and every experiment's: plugin=PATH, plugin_symbol=NAME, plugin_name=NAME, peers=NAME[,NAME];")
-  print("-a AXIS=[v1,v2,...] (any number) overrides an axis of the sweep; a bad one lists the axes")
+  -- The script's sweep, built before its arguments are read (sw:override).
+  local sw = package.loaded["vsalab.sweep"] and package.loaded["vsalab.sweep"].last
+  if sw and #sw.declared > 0 then
+    print("the sweep's axes, with their defaults (-a AXIS=[v1,v2,...] overrides one; any number):")
+    for _, line in ipairs(sw.declared) do print("  " .. line) end
+  else
+    print("-a AXIS=[v1,v2,...] (any number) overrides an axis of the sweep; a bad one lists the axes")
+  end
   io.stdout:flush()
   os.exit(0)
 end
@@ -705,8 +712,10 @@ function M.run_config(e, i, c, device, seed, rows, n)
           M.backend_failed(e, c, p, b, hash, err, device, rows, label, i, n)
           goto next_backend
         end
-        report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %.2g%% (%d samples, %s)%s; checking",
-          label, b.name, bst.median, 100 * bst.rel_stddev, bst.samples, bst.stop or "-", e.eta(i - 1)))
+        -- The mode when not the default burst: a sustained point's figure is a capped one.
+        report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %.2g%% (%d %ssamples, %s)%s; checking",
+          label, b.name, bst.median, 100 * bst.rel_stddev, bst.samples,
+          (bst.mode and bst.mode ~= "hot") and (bst.mode .. " ") or "", bst.stop or "-", e.eta(i - 1)))
         local res
         if e.check == "full" then
           res = check.check_outputs(outs, pre)
@@ -783,7 +792,7 @@ function M.summary(rows, anchors, gemm)
     local function err(k) return e[k] and e[k].rel_l2 end
     t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, density = r.density,
       topk = r.topk, ms = r.ms_median, tflops = r.tflops,
-      ragged = (r.ragged == 1 or r.ragged == true) and "yes" or "no",
+      ragged = (r.ragged == 1 or r.ragged == true) and 1 or 0, -- as `show` and `compare` print it
       dq = err("dq"), dk = err("dk"), dv = err("dv"),
       ok = r.passed == nil and "-" or (r.passed == 1 and "pass" or "FAIL"),
       lists = x.lists or "random", sharing = x.sharing,
@@ -806,7 +815,7 @@ function M.summary(rows, anchors, gemm)
   }
   -- Ragged lists (counts below top-k) change what a TFLOPS figure means:
   -- say which rows had them when any did.
-  if any_ragged then table.insert(cols, 7, {key = "ragged"}) end
+  if any_ragged then table.insert(cols, 7, {key = "ragged", fmt = "%d"}) end
   -- Likewise the list kind (random or vsa:ℓ) when any point had VSA lists.
   if any_vsa then table.insert(cols, 7, {key = "lists"}) end
   -- A point timed under a power or thermal limit it could not wait out

@@ -182,13 +182,17 @@ function M.current(extra)
   if ctx.resume then
     -- --resume RUN (checked by adopt_resume): the same run row goes on;
     -- experiments skip what it has.
-    local r = db:q("SELECT id FROM run WHERE id = ?", ctx.resume)[1]
+    local r = db:q([[SELECT id, status, ended_at,
+      (SELECT count(*) FROM result WHERE run_id = run.id) AS rows FROM run WHERE id = ?]], ctx.resume)[1]
     if not r then
       db:close()
       error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0)
     end
     -- state first: finish() must close the row whatever interrupts below.
-    state = {db = db, id = r.id, path = path, resumed = true}
+    -- prior: how the run ended before, kept when this pass adds no row
+    -- (counted in the DB: under --devices the workers log them).
+    state = {db = db, id = r.id, path = path, resumed = true,
+      prior = {status = r.status, ended_at = r.ended_at, rows = r.rows}}
     db:q("UPDATE run SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?", r.id)
     id = r.id
   else
@@ -295,6 +299,13 @@ function M.finish(status, err)
     for _ = 1, 3 do
       ok, why = pcall(s.db.end_run, s.db, s.id, status, err)
       if ok then break end
+    end
+    -- A resume that measured nothing and ends as the run had ended leaves
+    -- its end time alone: the run's recorded duration is the measuring's.
+    local p = s.prior
+    if ok and p and p.status == status and p.ended_at then
+      pcall(s.db.q, s.db, [[UPDATE run SET ended_at = ?1 WHERE id = ?2
+        AND (SELECT count(*) FROM result WHERE run_id = ?2) = ?3]], p.ended_at, s.id, p.rows)
     end
   end
   pcall(s.db.close, s.db)

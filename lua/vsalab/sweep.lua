@@ -115,6 +115,14 @@ function M.new(spec)
       "sweep: each axis is {name, {values...}}")
     sw.axes[#sw.axes + 1] = {name = a[1], values = a[2]}
   end
+  -- The axes as declared, before any -a: what a script's --help lists.
+  sw.declared = {}
+  for i, ax in ipairs(sw.axes) do
+    local l = {}
+    for k, v in ipairs(ax.values) do l[k] = type(v) == "number" and string.format("%.15g", v) or tostring(v) end
+    sw.declared[i] = ax.name .. "=[" .. table.concat(l, ",") .. "]"
+  end
+  M.last = sw
   if spec.zip then
     sw.zip = {names = spec.zip[1], rows = {}}
     for i = 2, #spec.zip do

@@ -21,6 +21,11 @@ describe("vsalab CLI", function()
       assert.equal(out2, out1)
       assert.truthy(out1:find("usage: vsalab " .. cmd, 1, true), out1)
     end
+    -- compare's help gives the floors' defaults.
+    local _, outc = H.vsalab("help compare")
+    assert.truthy(outc:find("--floor-pct of 1 (default 2%)", 1, true), outc)
+    assert.truthy(outc:find("--floor-ms (default 0.005 ms)", 1, true), outc)
+    assert.truthy(outc:find("--floor-pct-host (default 50%)", 1, true), outc)
     local rc4, out4, err4 = H.vsalab("help --version")
     assert.equal(2, rc4)
     assert.equal("", out4)
@@ -43,6 +48,9 @@ describe("vsalab CLI", function()
       assert.truthy(out:find("smoke.lua — the main job's flow on tiny shapes", 1, true), out)
       assert.truthy(out:find("  device=cpu\n  kernels=all\n", 1, true), out)
       assert.truthy(out:find("peers=NAME", 1, true), out)
+      -- The sweep's axes, as the script declares them.
+      assert.truthy(out:find("the sweep's axes, with their defaults", 1, true), out)
+      assert.truthy(out:find("\n  density=[0.25,0.5,1]\n", 1, true), out)
     end
     assert.is_nil(io.open(db), "help made a DB")
   end)
@@ -110,6 +118,8 @@ describe("vsalab CLI", function()
     local db = dir .. "/sus.db"
     local rc, _, err = H.vsalab("run --timing sustained --db " .. db .. " " .. dir .. "/sus.lua")
     assert(rc == 0, err)
+    -- Its progress lines say the samples were sustained ones.
+    assert.truthy(err:find("reference [%d.]+ ms, noise [%d.]+%% %(%d+ sustained samples, "), err)
     local d = vsalab.db_open(db, {readonly = true})
     local rows = d:q("SELECT mode, samples, passed FROM result WHERE kernel <> 'invert'")
     d:close()

@@ -58,6 +58,8 @@ describe("vsalab compare", function()
     -- A new user's hot run against a graph or sustained one: the reason is said.
     assert.truthy(err:find("run " .. a .. " was timed hot, run " .. e .. " graph: rows of different "
       .. "timing modes never compare", 1, true), err)
+    -- ... and no table of 16 unmatched rows comes before it.
+    assert.falsy(out:find("experiment", 1, true), out)
   end)
 
   it("gates on points the new run lost, unless --partial", function()

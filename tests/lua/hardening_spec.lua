@@ -478,6 +478,9 @@ describe("what a new user sees", function()
     assert(rc == 0, err)
     local line = out:match("\n(reference[^\n]+)")
     assert.falsy(line:match(" 0%.0 "), line)
+    -- ragged reads 0/1 here as in `show` and `compare` (it read no/yes).
+    assert.truthy(out:find("\nreference +2 +2 +768 +0%.500 +6 +1 "), out)
+    assert.falsy(out:find(" yes ", 1, true), out)
     -- Two runs of host-clock rows 30% apart with disjoint ranges: SAME at
     -- the host floor (and said), SLOW on CUDA events.
     local d = vsalab.db_open(db)

@@ -261,11 +261,16 @@ describe("resume and point timeout", function()
     assert.same({"kernel", "n", "points"}, rows.columns)
     rows.columns = nil
     assert.same({{kernel = "invert", n = 3, points = 3}, {kernel = "reference", n = 3, points = 3}}, rows)
+    local ended = d:q("SELECT ended_at FROM run")[1].ended_at
     d:close()
     -- Resumed once more, complete already: it says so per point, builds
-    -- nothing and prints no empty table.
+    -- nothing and prints no empty table, and the run keeps its end time.
+    H.sh("sleep 0.02")
     local rc3, out3, err3 = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/three.lua")
     assert.equal(0, rc3, err3)
+    d = vsalab.db_open(db, {readonly = true})
+    assert.same({status = "finished", ended_at = ended}, d:q("SELECT status, ended_at FROM run")[1])
+    d:close()
     assert.falsy(err3:find("building inputs", 1, true), err3)
     assert.truthy(err3:find("already measured in this run (resume)", 1, true), err3)
     assert.falsy(out3:find("kernel", 1, true), out3)
