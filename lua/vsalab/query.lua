@@ -250,7 +250,15 @@ function M.main(argv)
     -- ?1..?32766: beyond 999 a statement is not what anyone typed.
     if #vals > 999 then return fail(string.format("at most 999 values, got %d", #vals)) end
     local okq, rows = pcall(db.q, db, sql, unpack(vals))
-    if not okq then return fail(tostring(rows), 1) end
+    if not okq then
+      local msg = tostring(rows)
+      -- The values given or a second statement: the command line's fault,
+      -- not SQLite's (a usage error, exit 2); what SQLite refuses exits 1.
+      local more = msg:match("^db:q runs one statement; (found more after it.*)$")
+      local mine = msg:match("^db:q: (the SQL takes .*)$") or (more and "one statement a query; " .. more)
+      if mine then return fail(mine, 2) end
+      return fail(msg, 1)
+    end
     M.print_rows(rows, rows.columns or columns_of(rows), o.format)
   else
     return fail("unknown command")
