@@ -191,7 +191,10 @@ incomplete(lua_State *L, int status)
 
 /* Compile buf: as an expression first, then as a statement. Leaves the
  * function (or the error message) on the stack. An expression cut short
- * ("1 +") counts as unfinished when the statement reading fails too. */
+ * ("1 +") counts as unfinished when the statement reading fails too.
+ * An expression that compiles is compiled once more as the argument list of
+ * an identity function: `return f()` is a tail call, which cost `error("x")`
+ * at the prompt its "stdin:1:" position. The newline ends a trailing comment. */
 static int
 compile(lua_State *L, const char *buf)
 {
@@ -199,7 +202,17 @@ compile(lua_State *L, const char *buf)
   lua_pushfstring(L, "return %s", src);
   int status = luaL_loadbuffer(L, lua_tostring(L, -1), lua_objlen(L, -1), "=stdin");
   lua_remove(L, -2);
-  if (status == 0 || buf[0] == '=') return status;
+  if (status == 0) {
+    lua_pushfstring(L, "return (function(...) return ... end)(%s\n)", src);
+    if (luaL_loadbuffer(L, lua_tostring(L, -1), lua_objlen(L, -1), "=stdin") == 0) {
+      lua_remove(L, -2); /* the source */
+      lua_remove(L, -2); /* the tail-calling function */
+    } else {
+      lua_pop(L, 2); /* "x;" reads as `return x;` only: keep that */
+    }
+    return 0;
+  }
+  if (buf[0] == '=') return status;
   int expr_unfinished = incomplete(L, status);
   lua_pop(L, 1);
   status = luaL_loadbuffer(L, buf, strlen(buf), "=stdin");

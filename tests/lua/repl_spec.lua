@@ -132,6 +132,17 @@ describe("vsalab repl", function()
     assert.truthy(err:find("(unfinished chunk dropped)", 1, true), err)
   end)
 
+  it("keeps an error's position at the prompt, and every value an expression returns", function()
+    -- `error("boom")` compiled as `return error("boom")` is a tail call:
+    -- it lost "stdin:1:". Multiple values and a trailing comment still work.
+    local rc, out, err = H.sh(string.format(
+      "printf 'error(\"boom\")\n1, 2, 3 -- three\nselect(\"#\", nil, nil)\nx = 5;\nx;\n' | HOME=%s %s repl",
+      dir, H.exe))
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("stdin:1: boom", 1, true), err)
+    assert.truthy(out:find("\n1\n2\n3\n2\n5\n", 1, true), out)
+  end)
+
   it("prints db:q results as a table in SELECT order", function()
     local db = dir .. "/q.db"
     local d = vsalab.db_open(db)
