@@ -60,6 +60,10 @@ end
 -- 700 W, kernels/NOTES.md "Timing under the power cap"), so over 3 s the
 -- median is the capped rate. Returns the options bench_raw takes for it.
 M.sustained_s = 3
+-- Its sample cap unless the caller sets one: a 3 µs call fills 3 s (8 MB of
+-- samples in C); at the usual 100000 a call under 30 µs (the inversion)
+-- stopped long before the board met its power cap.
+M.sustained_max_samples = 1000000
 -- Every timing mode (a result row's `mode`; --timing takes the same).
 M.modes = {hot = true, cold = true, graph = true, sustained = true}
 function M.sustained_opts(opts)
@@ -67,6 +71,7 @@ function M.sustained_opts(opts)
   for k, v in pairs(opts or {}) do o[k] = v end
   o.mode, o.repeats = "sustained", nil
   o.min_time, o.max_time, o.max_noise = M.sustained_s, M.sustained_s, 0
+  o.max_samples = opts and opts.max_samples or M.sustained_max_samples
   return o
 end
 

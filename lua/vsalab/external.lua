@@ -233,7 +233,6 @@ function M.external(o)
     bopts.max_noise = bopts.max_noise or 0.005
     bopts.min_time = bopts.min_time or 0.5
     bopts.max_time = bopts.max_time or 15
-    bopts.max_samples = bopts.max_samples or 100000
     bopts.mode = bopts.mode or "hot"
     if bopts.hold == nil then bopts.hold = true end
     -- Sustained: the window of bench.sustained_opts, asked as mode
@@ -242,6 +241,7 @@ function M.external(o)
     local bench = require "vsalab.bench"
     local sustained = bopts.mode == "sustained"
     if sustained then bopts = bench.sustained_opts(bopts) end
+    bopts.max_samples = bopts.max_samples or 100000
     local outs, t = M.call(b, p, bopts)
     local st = bench.stats(t.samples_ms)
     st.clock = type(t.clock) == "string" and t.clock or "peer"

@@ -207,7 +207,11 @@ describe("mode 'sustained'", function()
   it("hands bench_raw the window, keeping other options", function()
     local o = bench.sustained_opts{mode = "sustained", warmup = 2, repeats = 7, hold = false, min_time = 0.5}
     assert.same({mode = "sustained", warmup = 2, hold = false, min_time = bench.sustained_s,
-      max_time = bench.sustained_s, max_noise = 0}, o)
+      max_time = bench.sustained_s, max_noise = 0, max_samples = bench.sustained_max_samples}, o)
+    -- A sample cap a 3 µs call fills only after 3 s (at 100000, any call
+    -- under 30 µs, the inversion's, stopped early); the caller's is kept.
+    assert.is_true(bench.sustained_max_samples >= bench.sustained_s / 3e-6)
+    assert.equal(5, bench.sustained_opts{mode = "sustained", max_samples = 5}.max_samples)
   end)
 
   it("gives the mean board power only over a second or more", function()
