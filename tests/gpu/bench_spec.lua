@@ -44,6 +44,20 @@ describe("#gpu bench", function()
     assert(busy / 1e3 > 0.8 * wall, string.format("%.3f s of samples in %.3f s", busy / 1e3, wall))
   end)
 
+  it("runs a fast call's sustained window to its end", function()
+    -- 10 µs calls over 2 s: up to 200000 samples. At the old cap (100000)
+    -- such a call (the inversion's) stopped at max_samples, before the
+    -- board reached its power cap.
+    local bench = require "vsalab.bench"
+    local keep = bench.sustained_s
+    bench.sustained_s = 2
+    local ok, st = pcall(vsalab.bench, function() vsalab.gpu_sleep(10) end, {mode = "sustained", warmup = 2})
+    bench.sustained_s = keep
+    assert(ok, st)
+    assert.equal("max_time", st.stop)
+    print(string.format("  (%d samples of a 10 us call, median %.4f ms)", st.samples, st.median))
+  end)
+
   it("voids a held sample whose function waits on the GPU", function()
     local e = H.err(vsalab.bench, function() vsalab.gpu_sleep(10); vsalab.synchronize() end,
       {warmup = 0, repeats = 1})

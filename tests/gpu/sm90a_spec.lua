@@ -39,9 +39,14 @@ describe("#gpu sm90a", function()
       for _, t in pairs(outs) do t:fill(0 / 0) end
       local st = vsalab.bench(b.timed(p, outs), {mode = "graph", warmup = 1, repeats = 5})
       assert(st.mode == "graph" and st.median > 0)
+      -- dk, dv, and dq in the deterministic mode: the same bits. The default
+      -- mode adds dq partials in arrival order, so a replay may round a few
+      -- bf16 elements one ulp (2^-8) the other way: rel L2 ~1e-4 (7.7e-5
+      -- seen), far below any wrong result (a lost or doubled partial: > 1e-2).
       for k, t in pairs(outs) do
         local c = vsalab.compare(t, ref[k])
-        assert(c.nonfinite == 0 and c.rel_l2 < 1e-5, name .. " " .. k .. " rel L2 " .. c.rel_l2)
+        local tol = (name == "sm90a" and k == "dq") and 1e-3 or 0
+        assert(c.nonfinite == 0 and c.rel_l2 <= tol, name .. " " .. k .. " rel L2 " .. c.rel_l2)
       end
     end
     vsalab.problem.free(p)
