@@ -142,6 +142,19 @@ function M.args(argv, defaults)
   return o
 end
 
+-- An integer key=value argument in [lo, hi] (hi: none when nil). Counts
+-- such as check_heads are first read deep in a GPU run, after its inputs
+-- are built: a word or a 0 must fail here, where --check sees it.
+function M.int_arg(a, name, lo, hi)
+  local v = a[name]
+  if not (type(v) == "number" and v == math.floor(v) and v >= lo and v <= (hi or 2^53)) then
+    usage.error(string.format("argument '%s': expected an integer %s, got '%s'", name,
+      hi and string.format("in [%d, %d]", lo, hi) or string.format(">= %d", lo),
+      type(v) == "table" and table.concat(v, ",") or tostring(v)))
+  end
+  return v
+end
+
 local function shape_of(c, p)
   return string.format("B%d H%d S%d D%d %.0f%%%s%s", p.B, p.H, p.Sq, p.D,
     100 * p.density, c.ragged and " ragged" or "",
