@@ -121,6 +121,9 @@ function M.args(argv, defaults)
     end
     if not k then usage.error("argument '" .. a .. "': expected key=value") end
     if defaults and defaults[k] == nil and not M.common_args[k] then
+      for _, ax in ipairs(require("vsalab.sweep").axes_of[argv] or {}) do
+        if ax == k then usage.error("argument '" .. k .. "': " .. k .. " is an axis of the sweep: give it as -a " .. a) end
+      end
       local known = {}
       for name in pairs(defaults) do known[#known + 1] = name end
       for name in pairs(M.common_args) do known[#known + 1] = name end

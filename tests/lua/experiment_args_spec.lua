@@ -30,4 +30,14 @@ describe("experiment arguments", function()
     end
     assert.is_nil(io.open(dir .. "/a.db"))
   end)
+
+  it("says an axis given as key=value wants -a, and names a bad -a flag or an -a without values", function()
+    refused("wan720p.lua H=40", "argument 'H': H is an axis of the sweep: give it as -a H=40")
+    refused("seed_sweep.lua density=0.1", "argument 'density': density is an axis of the sweep: give it as -a density=0.1")
+    refused("seed_sweep.lua -a Sq[pow3]=[12:14]",
+      "sweep: unknown axis flag [pow3] in -a Sq[pow3]=[12:14] (the only axis flag is [pow2]")
+    refused("smoke.lua -a density=", "sweep: -a density= gives the axis no values (e.g. -a density=[v1,v2])")
+    -- Not an axis: the known arguments, as before.
+    refused("wan720p.lua foo=1", "argument 'foo': unknown (known: check_blocks")
+  end)
 end)
