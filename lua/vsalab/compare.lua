@@ -141,6 +141,9 @@ end
 
 -- A side of a comparison: "REF" or "REF:KERNEL" -> {run=, kernel=, label=}.
 function M.resolve_side(db, ref)
+  if ref:match(".:$") then
+    error(string.format("'%s' names no kernel after ':' (RUN:KERNEL, e.g. %sreference)", ref, ref), 0)
+  end
   local r, kernel = ref:match("^(.-):([%w_.:%-]+)$")
   if not r or r == "" then r, kernel = ref, nil end
   local id = M.resolve(db, r)

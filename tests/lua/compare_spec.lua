@@ -129,6 +129,10 @@ describe("vsalab compare", function()
       assert.equal("", out)
       assert.truthy(err:find("run 1 has no rows of kernel 'mine' (its kernels: reference, sm90a)", 1, true), err)
     end
+    -- An empty kernel read as a run "1:" that matched no run.
+    local rc, _, err = H.vsalab("compare --db " .. path .. " 1:sm90a 2:")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("'2:' names no kernel after ':' (RUN:KERNEL, e.g. 2:reference)", 1, true), err)
   end)
 
   it("decides verdicts from medians, ranges and the floors", function()
