@@ -9,6 +9,7 @@ local exp = require "vsalab.experiment"
 local report = require "vsalab.report"
 
 local a = exp.args(arg, {repeats = 50})
+exp.int_arg(a, "repeats", 1)
 exp.require_gpu("invert_bench")
 local shapes = {
   {label = "4k B1 H8 25%", H = 8, nblocks = 64, density = 0.25, anchor_ms = 0.021},

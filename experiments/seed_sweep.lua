@@ -18,6 +18,8 @@ local sw = sweep.new{
   fixed = {B = 1, H = 8, D = 128},
 }
 local a = exp.args(sw:override(arg), {reference = 0, check_blocks = 2, kernels = "all"})
+exp.int_arg(a, "reference", 0, 1)
+exp.int_arg(a, "check_blocks", 1)
 local configs = {}
 for _, p in ipairs(sw:points()) do
   if a.reference == 0 and p.Sq > 16384 then p.skip = {reference = true} end

@@ -27,6 +27,8 @@ local sw = sweep.new{
 }
 local a = exp.args(sw:override(arg), {check_heads = 2, check_blocks = 2,
   kernels = "default", reference = "check"})
+exp.int_arg(a, "check_heads", 1)
+exp.int_arg(a, "check_blocks", 1)
 if a.reference ~= "check" and a.reference ~= "timed" then
   require("vsalab.usage").error("argument 'reference': check or timed, got '" .. tostring(a.reference) .. "'")
 end

@@ -387,8 +387,8 @@ setup(lua_State *L)
     lua_settable(L, -3);
   }
   lua_setfield(L, -2, "pairs");
-  if (o->resume > 0) {
-    lua_pushnumber(L, (lua_Number)o->resume);
+  if (o->resume) {
+    lua_pushstring(L, o->resume);
     lua_setfield(L, -2, "resume");
   }
   if (o->timing) {
@@ -494,7 +494,7 @@ finish_run(lua_State *L, const char *status, const char *err)
 int
 vsa_host_run_script(lua_State *L, const vsa_host_options *o)
 {
-  if (o->resume > 0) { /* the run's seed and timing, before the script reads them */
+  if (o->resume) { /* the run's seed and timing, before the script reads them */
     lua_getglobal(L, "require");
     lua_pushstring(L, "vsalab.run");
     int rc = vsa_host_docall(L, 1, 1);

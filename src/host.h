@@ -10,7 +10,7 @@ typedef struct {
   const char *db_path;  /* results DB for this invocation */
   const char *context[VSA_MAX_CONTEXT]; /* --context "key=value" pairs */
   int ncontext;
-  long long resume;     /* --resume RUN: continue that run (0: a new run) */
+  const char *resume;   /* --resume RUN: continue that run, as any command names one (NULL: a new run) */
   double point_timeout; /* --point-timeout seconds (0: none) */
   const char *timing;   /* --timing hot|cold|graph (NULL: the script's choice) */
   int device;           /* CUDA ordinal for new tensors */

@@ -223,11 +223,12 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi, const char *
     const char *val = argv[++i];
     long long n;
     if (strcmp(opt, "--resume") == 0) {
-      if (parse_long(val, 1, &n) != 0) {
-        fprintf(stderr, "vsalab: --resume expects a run id, got '%s'\n", val);
+      /* An id, latest, latest~N or a revision: vsalab.run resolves it. */
+      if (!*val) {
+        fprintf(stderr, "vsalab: --resume expects a run (an id, latest, latest~N or a revision prefix)\n");
         return 2;
       }
-      o.resume = n;
+      o.resume = val;
     } else if (strcmp(opt, "--point-timeout") == 0) {
       char *end;
       double t = strtod(val, &end);

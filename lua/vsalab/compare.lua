@@ -141,11 +141,20 @@ end
 
 -- A side of a comparison: "REF" or "REF:KERNEL" -> {run=, kernel=, label=}.
 function M.resolve_side(db, ref)
+  if ref:match(".:$") then
+    error(string.format("'%s' names no kernel after ':' (RUN:KERNEL, e.g. %sreference)", ref, ref), 0)
+  end
   local r, kernel = ref:match("^(.-):([%w_.:%-]+)$")
   if not r or r == "" then r, kernel = ref, nil end
   local id = M.resolve(db, r)
   if kernel and #db:q("SELECT 1 FROM result WHERE run_id = ? AND kernel = ? LIMIT 1", id, kernel) == 0 then
-    error(string.format("run %d has no rows of kernel '%s'", id, kernel), 0)
+    -- Plug-ins and peers are named by vsalab (libmine.so: mine): say what it has.
+    local has = {}
+    for _, k in ipairs(db:q("SELECT DISTINCT kernel FROM result WHERE run_id = ? ORDER BY kernel", id)) do
+      has[#has + 1] = k.kernel
+    end
+    error(string.format("run %d has no rows of kernel '%s' (%s)", id, kernel,
+      #has > 0 and "its kernels: " .. table.concat(has, ", ") or "it has no rows"), 0)
   end
   return {run = id, kernel = kernel, label = kernel and (id .. ":" .. kernel) or tostring(id)}
 end

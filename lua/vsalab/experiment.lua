@@ -128,6 +128,9 @@ function M.args(argv, defaults)
     end
     if not k then usage.error("argument '" .. a .. "': expected key=value") end
     if defaults and defaults[k] == nil and not M.common_args[k] then
+      for _, ax in ipairs(require("vsalab.sweep").axes_of[argv] or {}) do
+        if ax == k then usage.error("argument '" .. k .. "': " .. k .. " is an axis of the sweep: give it as -a " .. a) end
+      end
       local known = {}
       for name in pairs(defaults) do known[#known + 1] = name end
       for name in pairs(M.common_args) do known[#known + 1] = name end
@@ -147,6 +150,19 @@ function M.args(argv, defaults)
   end
   apply_common(common)
   return o
+end
+
+-- An integer key=value argument in [lo, hi] (hi: none when nil). Counts
+-- such as check_heads are first read deep in a GPU run, after its inputs
+-- are built: a word or a 0 must fail here, where --check sees it.
+function M.int_arg(a, name, lo, hi)
+  local v = a[name]
+  if not (type(v) == "number" and v == math.floor(v) and v >= lo and v <= (hi or 2^53)) then
+    usage.error(string.format("argument '%s': expected an integer %s, got '%s'", name,
+      hi and string.format("in [%d, %d]", lo, hi) or string.format(">= %d", lo),
+      type(v) == "table" and table.concat(v, ",") or tostring(v)))
+  end
+  return v
 end
 
 local function shape_of(c, p)

@@ -88,6 +88,19 @@ function M.environment()
   return env
 end
 
+-- --resume's RUN as the other commands name a run (an id, latest,
+-- latest~N, a revision prefix): its id, or an error saying what the DB has.
+local function resume_id(db, ref, path)
+  local compare = require "vsalab.compare"
+  if type(ref) == "number" or ref:match("^%d+$") then
+    if db:q("SELECT 1 FROM run WHERE id = ?", tonumber(ref))[1] then return tonumber(ref) end
+    error("--resume: no run " .. ref .. " in " .. path .. " (" .. compare.runs_hint(db) .. ")", 0)
+  end
+  local ok, id = pcall(compare.resolve, db, ref)
+  if not ok then error("--resume: " .. tostring(id), 0) end
+  return id
+end
+
 -- --resume RUN, before the script starts (the host calls this): the run
 -- must exist and have run the same script with the same arguments; its
 -- seed and --timing mode are taken over, so the points it still lacks are
@@ -100,14 +113,15 @@ function M.adopt_resume()
   local path = ctx.db_path or "results.db"
   local okdb, db = pcall(core.db_open, path, {readonly = true})
   if not okdb then error("--resume: " .. tostring(db):gsub("^[^:\n]*%.lua:%d+: ", ""), 0) end
-  local ok, r = pcall(db.q, db, [[SELECT id, script, seed, args, status, pid, host,
-    json_extract(context, '$.timing') AS timing FROM run WHERE id = ?]], ctx.resume)
-  -- What the DB does hold, for a run id it lacks.
-  local hint = ok and not r[1] and require("vsalab.compare").runs_hint(db)
+  local ok, r = pcall(resume_id, db, ctx.resume, path)
+  if ok then
+    ctx.resume = r
+    ok, r = pcall(db.q, db, [[SELECT id, script, seed, args, status, pid, host,
+      json_extract(context, '$.timing') AS timing FROM run WHERE id = ?]], ctx.resume)
+  end
   db:close()
   if not ok then error(r, 0) end
   r = r[1]
-  if not r then error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path .. " (" .. hint .. ")", 0) end
   -- Still running here (its process alive): two writers would measure the
   -- same points twice.
   if r.status == "running" and r.host == ctx.host and r.pid and r.pid ~= ctx.pid then
@@ -182,19 +196,21 @@ function M.current(extra)
   if ctx.resume then
     -- --resume RUN (checked by adopt_resume): the same run row goes on;
     -- experiments skip what it has.
-    local r = db:q([[SELECT id, status, ended_at,
-      (SELECT count(*) FROM result WHERE run_id = run.id) AS rows FROM run WHERE id = ?]], ctx.resume)[1]
-    if not r then
+    -- (The REPL's --resume comes here unresolved.)
+    local okr, rid = pcall(resume_id, db, ctx.resume, path)
+    if not okr then
       db:close()
-      error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0)
+      error(rid, 0)
     end
     -- state first: finish() must close the row whatever interrupts below.
     -- prior: how the run ended before, kept when this pass adds no row
     -- (counted in the DB: under --devices the workers log them).
-    state = {db = db, id = r.id, path = path, resumed = true,
+    local r = db:q([[SELECT status, ended_at,
+      (SELECT count(*) FROM result WHERE run_id = run.id) AS rows FROM run WHERE id = ?]], rid)[1]
+    state = {db = db, id = rid, path = path, resumed = true,
       prior = {status = r.status, ended_at = r.ended_at, rows = r.rows}}
-    db:q("UPDATE run SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?", r.id)
-    id = r.id
+    db:q("UPDATE run SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?", rid)
+    id = rid
   else
     local env = M.environment()
     for k, v in pairs(extra or {}) do env[k] = v or nil end

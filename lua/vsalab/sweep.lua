@@ -207,6 +207,10 @@ local function check_shape(name, v, spec)
   end
 end
 
+-- The axis names of the sweep whose override returned these arguments,
+-- for exp.args to say that `H=40` wants `-a H=40`.
+M.axes_of = setmetatable({}, {__mode = "k"})
+
 -- Apply "-a name=values" pairs found in argv (the script's arg table);
 -- returns the arguments that are not overrides. A malformed override is a
 -- usage error (vsalab.usage: exit 2, no traceback).
@@ -234,8 +238,13 @@ function override(self, argv)
     end
     if spec then
       local name, flag, vals = spec:match("^([%w_]+)(%[?%w*%]?)=(.+)$")
+      if not name and spec:match("^[%w_]+%[?%w*%]?=$") then
+        error("sweep: -a " .. spec .. " gives the axis no values (e.g. -a " .. spec .. "[v1,v2])", 0)
+      end
       if not name then error("sweep: override '" .. spec .. "': expected name=values", 0) end
-      if flag ~= "" and flag ~= "[pow2]" then error("sweep: unknown axis flag " .. flag, 0) end
+      if flag ~= "" and flag ~= "[pow2]" then
+        error("sweep: unknown axis flag " .. flag .. " in -a " .. spec .. " (the only axis flag is [pow2], e.g. -a Sq[pow2]=[12:17])", 0)
+      end
       local axis
       for _, ax in ipairs(self.axes) do if ax.name == name then axis = ax end end
       if not axis then
@@ -263,6 +272,9 @@ function override(self, argv)
       axis.values = values
     end
   end
+  local names = {}
+  for _, ax in ipairs(self.axes) do names[#names + 1] = ax.name end
+  M.axes_of[rest] = names
   return rest
 end
 

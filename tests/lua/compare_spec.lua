@@ -123,6 +123,20 @@ describe("vsalab compare", function()
     assert.equal(2, (H.vsalab("compare --db " .. dir .. "/none.db 1 2")))
   end)
 
+  it("names the kernels a run has when a RUN:KERNEL side names another", function()
+    -- A plug-in's kernel is named from its file (libmine.so: mine), easy to miss.
+    for _, cmd in ipairs{"compare", "report -o " .. dir .. "/k.html"} do
+      local rc, out, err = H.vsalab(cmd:gsub("^(%S+)", "%1 --db " .. path) .. " 1:sm90a 1:mine")
+      assert.equal(2, rc, err)
+      assert.equal("", out)
+      assert.truthy(err:find("run 1 has no rows of kernel 'mine' (its kernels: reference, sm90a)", 1, true), err)
+    end
+    -- An empty kernel read as a run "1:" that matched no run.
+    local rc, _, err = H.vsalab("compare --db " .. path .. " 1:sm90a 2:")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("'2:' names no kernel after ':' (RUN:KERNEL, e.g. 2:reference)", 1, true), err)
+  end)
+
   it("decides verdicts from medians, ranges and the floors", function()
     local cmp = require "vsalab.compare"
     assert.equal("SAME", (cmp.verdict({median = 1, min = 0.99, max = 1.01}, {median = 1.01, min = 1.0, max = 1.02})))

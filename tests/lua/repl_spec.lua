@@ -42,6 +42,10 @@ describe("vsalab repl", function()
     tmux("send-keys -t " .. (ses or "r") .. " -l " .. string.format("%q", s))
     tmux("send-keys -t " .. (ses or "r") .. " Enter")
   end
+  -- A session that outlives the tests: when the last session ends, the
+  -- server exits, and a new-session that meets it exiting (a loaded host)
+  -- fails with "server exited unexpectedly" and the test waits in vain.
+  assert.equal(0, (tmux("new-session -d -s keep 'sleep 100000'")))
   teardown(function()
     tmux("kill-server")
     os.execute("rm -rf " .. dir)

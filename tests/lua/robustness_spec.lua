@@ -323,6 +323,29 @@ describe("resume and point timeout", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("--resume takes a run as the other commands name it: latest, latest~N, a revision prefix", function()
+    local dir = H.tmpdir()
+    write_sweep(dir .. "/two.lua", "two", "{0.5, 1.0}", 'check = "full", seed = 1')
+    local db = dir .. "/r.db"
+    local base = H.exe .. " run --db " .. db .. " "
+    assert.equal(1, (H.sh("VSALAB_TEST_FAIL=1 " .. base .. dir .. "/two.lua")))
+    -- It said "--resume expects a run id, got 'latest'".
+    local rc, _, err = H.sh(base .. "--resume latest " .. dir .. "/two.lua")
+    assert.equal(0, rc, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    assert.same({{id = 1, status = "finished", n = 4}},
+      (function(r) r.columns = nil; return r end)(d:q("SELECT id, status, (SELECT count(*) FROM result) AS n FROM run")))
+    d:close()
+    rc, _, err = H.sh(base .. "--resume " .. vsalab.git_rev:sub(1, 8) .. " " .. dir .. "/two.lua")
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("already measured in this run (resume)", 1, true), err)
+    rc, _, err = H.sh(base .. "--resume latest~3 " .. dir .. "/two.lua")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("--resume: no run matches 'latest~3' (the DB has 1 run: latest~0 to latest~0)", 1, true), err)
+    assert.falsy(err:find("traceback", 1, true), err)
+    os.execute("rm -rf " .. dir)
+  end)
+
   it("--resume refuses a run that is still running", function()
     local dir = H.tmpdir()
     -- The run holds after its first row until the test releases it (or

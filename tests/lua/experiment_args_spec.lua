@@ -1,0 +1,43 @@
+-- The experiments' key=value and -a arguments as a new user types them: a
+-- bad value is a usage error (exit 2, named, no traceback) that --check
+-- already gives, before any GPU work, measurement or run row.
+local H = require "helpers"
+
+describe("experiment arguments", function()
+  local dir = H.tmpdir()
+  local exp = H.root .. "/experiments/"
+  teardown(function() os.execute("rm -rf " .. dir) end)
+
+  local function refused(args, text)
+    local rc, _, err = H.vsalab("run --check --db " .. dir .. "/a.db " .. exp .. args)
+    assert.equal(2, rc, args .. ": " .. err)
+    assert.truthy(err:find(text, 1, true), args .. ": " .. err)
+    assert.falsy(err:find("traceback", 1, true), err)
+    assert.falsy(err:find("check out", 1, true), err)
+  end
+
+  it("refuses counts that are not integers in range (--check passed them; the GPU run failed later)", function()
+    refused("wan720p.lua check_heads=abc", "argument 'check_heads': expected an integer >= 1, got 'abc'")
+    refused("wan720p.lua check_blocks=0", "argument 'check_blocks': expected an integer >= 1, got '0'")
+    refused("wan720p.lua check_blocks=1.5", "argument 'check_blocks': expected an integer >= 1, got '1.5'")
+    refused("seed_sweep.lua check_blocks=-2", "argument 'check_blocks': expected an integer >= 1, got '-2'")
+    refused("seed_sweep.lua reference=yes", "argument 'reference': expected an integer in [0, 1], got 'yes'")
+    refused("invert_bench.lua repeats=0", "argument 'repeats': expected an integer >= 1, got '0'")
+    for _, ok in ipairs{"wan720p.lua check_heads=4 check_blocks=1", "seed_sweep.lua reference=1",
+                        "invert_bench.lua repeats=5"} do
+      local rc, _, err = H.vsalab("run --check --db " .. dir .. "/a.db " .. exp .. ok)
+      assert.equal(0, rc, ok .. ": " .. err)
+    end
+    assert.is_nil(io.open(dir .. "/a.db"))
+  end)
+
+  it("says an axis given as key=value wants -a, and names a bad -a flag or an -a without values", function()
+    refused("wan720p.lua H=40", "argument 'H': H is an axis of the sweep: give it as -a H=40")
+    refused("seed_sweep.lua density=0.1", "argument 'density': density is an axis of the sweep: give it as -a density=0.1")
+    refused("seed_sweep.lua -a Sq[pow3]=[12:14]",
+      "sweep: unknown axis flag [pow3] in -a Sq[pow3]=[12:14] (the only axis flag is [pow2]")
+    refused("smoke.lua -a density=", "sweep: -a density= gives the axis no values (e.g. -a density=[v1,v2])")
+    -- Not an axis: the known arguments, as before.
+    refused("wan720p.lua foo=1", "argument 'foo': unknown (known: check_blocks")
+  end)
+end)
