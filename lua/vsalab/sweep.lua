@@ -184,24 +184,31 @@ local function parse_values(text, pow2)
   return vals
 end
 
--- Problem-shape axes (vsalab.problem.build's B, H, Sq, Skv) take what the
--- build and the list builders accept (B, H in [1, 65535]; at most 2^24
--- blocks of 64 tokens). A value given with -a outside that is a typo,
--- refused by name before any run row, as -a density is
--- (vsalab.experiment.check_point). Points that scripts and reruns build do
--- not come through -a and stay the build's to refuse (their runs end failed).
+-- Problem-shape axes (vsalab.problem.build's B, H, Sq, Skv, density) take
+-- what the build and the list builders accept (B, H in [1, 65535]; at most
+-- 2^24 blocks of 64 tokens; density in (0, 1]). A value given with -a
+-- outside that is a typo, refused by name and with its -a before any run
+-- row (vsalab.experiment.check_point refuses a script's own density the
+-- same way). Points that scripts and reruns build do not come through -a
+-- and stay the build's to refuse (their runs end failed).
 M.shape_axes = {
   B = {lo = 1, hi = 65535, what = "an integer in [1, 65535]"},
   H = {lo = 1, hi = 65535, what = "an integer in [1, 65535]"},
   Sq = {lo = 64, hi = 2^30, step = 64, what = "a multiple of 64 in [64, 2^30]"},
   Skv = {lo = 64, hi = 2^30, step = 64, what = "a multiple of 64 in [64, 2^30]"},
+  -- Not an integer: problem.build's fraction of kv blocks each q block keeps.
+  density = {fraction = true, what = "a number in (0, 1]"},
 }
 
 local function check_shape(name, v, spec)
   local s = M.shape_axes[name]
   if not s then return end
-  if not (type(v) == "number" and v == math.floor(v) and v >= s.lo and v <= s.hi
-      and v % (s.step or 1) == 0) then
+  local ok
+  if s.fraction then ok = type(v) == "number" and v > 0 and v <= 1
+  else
+    ok = type(v) == "number" and v == math.floor(v) and v >= s.lo and v <= s.hi and v % (s.step or 1) == 0
+  end
+  if not ok then
     error(string.format("argument '%s': expected %s, got %s (-a %s)", name, s.what,
       tostring(v), spec), 0)
   end

@@ -99,7 +99,7 @@ describe("sweep", function()
     assert.truthy(H.err(function() make():override{"-a", "H[pow2]=[0.5]"} end):match("not an integer"))
     -- A product of axes too large to run fails before anything is built.
     local big = make()
-    big:override{"-a", "H=[1:2000]", "-a", "density=[1:1000]"}
+    big:override{"-a", "H=[1:2000]", "-a", "density=[0.001:1:0.001]"}
     assert.truthy(H.err(function() return big:points() end):match("more than 1000000"))
     for _, bad in ipairs{"H=abc", "H=[4,x]"} do
       assert.truthy(H.err(function() make():override{"-a", bad} end):match("axis 'H' takes numbers"), bad)
