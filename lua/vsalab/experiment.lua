@@ -54,6 +54,12 @@ local function apply_common(c)
       usage.error("argument 'plugin': the backend name from its file name, '" .. derived
         .. "', is not letters, digits and _ . : - only: give plugin_name=NAME")
     end
+    local taken = backends.reserved(name or derived)
+    if taken and name then usage.error("argument 'plugin_name': " .. taken) end
+    if taken then
+      usage.error("argument 'plugin': the backend name from its file name, " .. taken:gsub(": pick another name$", "")
+        .. ": give plugin_name=NAME")
+    end
     usage.wrap(backends.load, {path = path, symbol = symbol, name = name})
   elseif c.plugin_symbol or c.plugin_name then
     usage.error("argument 'plugin_symbol'/'plugin_name': give plugin=PATH too")
