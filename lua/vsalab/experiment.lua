@@ -627,9 +627,11 @@ function M.run_config(e, i, c, device, seed, rows, n)
       return "done"
     end
     report.progress(i - 1, n, "building inputs " .. (c.label or ""))
-    -- The problem is the point itself, less its display label.
-    local spec = M.point_of(c)
-    spec.label, spec.device, spec.seed = nil, device, M.point_seed(seed, hash)
+    -- The problem is the point itself, less its display label and any
+    -- other axis of the sweep's own that problem.build does not take.
+    local spec = {}
+    for _, k in ipairs(problem.fields) do spec[k] = c[k] end
+    spec.device, spec.seed = device, M.point_seed(seed, hash)
     local p = problem.build(spec)
     local label = shape_of(c, p)
 
