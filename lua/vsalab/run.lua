@@ -88,6 +88,20 @@ function M.environment()
   return env
 end
 
+-- Why run row r (id, status, pid, host) cannot be resumed by this
+-- process, or nil: it is running here, its process alive. Two writers
+-- would measure the same points twice.
+function M.still_running(r, ctx)
+  if r.status == "running" and r.host == ctx.host and r.pid and r.pid ~= ctx.pid then
+    local alive = io.open("/proc/" .. tostring(r.pid) .. "/stat")
+    if alive then
+      alive:close()
+      return string.format("--resume: run %d is still running (pid %d)", r.id, r.pid)
+    end
+  end
+  return nil
+end
+
 -- --resume RUN, before the script starts (the host calls this): the run
 -- must exist and have run the same script with the same arguments; its
 -- seed and --timing mode are taken over, so the points it still lacks are
@@ -108,15 +122,8 @@ function M.adopt_resume()
   if not ok then error(r, 0) end
   r = r[1]
   if not r then error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path .. " (" .. hint .. ")", 0) end
-  -- Still running here (its process alive): two writers would measure the
-  -- same points twice.
-  if r.status == "running" and r.host == ctx.host and r.pid and r.pid ~= ctx.pid then
-    local alive = io.open("/proc/" .. tostring(r.pid) .. "/stat")
-    if alive then
-      alive:close()
-      error(string.format("--resume: run %d is still running (pid %d)", r.id, r.pid), 0)
-    end
-  end
+  local busy = M.still_running(r, ctx)
+  if busy then error(busy, 0) end
   -- The same script: by file when the recorded path still names one from
   -- here, else by name.
   if r.script and ctx.script then
@@ -182,14 +189,29 @@ function M.current(extra)
   if ctx.resume then
     -- --resume RUN (checked by adopt_resume): the same run row goes on;
     -- experiments skip what it has.
-    local r = db:q("SELECT id FROM run WHERE id = ?", ctx.resume)[1]
+    local r = db:q("SELECT id, status, pid, host FROM run WHERE id = ?", ctx.resume)[1]
     if not r then
       db:close()
       error("--resume: no run " .. tostring(ctx.resume) .. " in " .. path, 0)
     end
+    -- Claimed for this process (its pid and host, which a later --resume
+    -- checks) only if no other resume claimed it since it was read: the
+    -- row kept the first process's pid, so a second --resume started while
+    -- one ran measured the same points again.
+    local busy, claimed = M.still_running(r, ctx), 0
+    if not busy then
+      local _, n = db:q([[UPDATE run SET status = 'running', ended_at = NULL, error = NULL,
+        pid = ?, host = ? WHERE id = ? AND status IS ? AND pid IS ? AND host IS ?]],
+        ctx.pid, ctx.host, r.id, r.status, r.pid, r.host)
+      claimed = n
+    end
+    if busy or claimed ~= 1 then
+      db:close()
+      require("vsalab.usage").error(busy or string.format(
+        "--resume: run %d was resumed by another process as this one started", r.id))
+    end
     -- state first: finish() must close the row whatever interrupts below.
     state = {db = db, id = r.id, path = path, resumed = true}
-    db:q("UPDATE run SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?", r.id)
     id = r.id
   else
     local env = M.environment()

@@ -352,6 +352,31 @@ describe("resume and point timeout", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("--resume refuses a run another --resume is running (the row kept the first pid)", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/slow.lua", string.format([[
+      vsalab.log{experiment = "slow", kernel = "k"}
+      io.open(%q, "w"):close()
+      local t = vsalab.proc_now()
+      while not io.open(%q) and vsalab.proc_now() - t < 300 do os.execute("sleep 0.05") end
+    ]], dir .. "/ready", dir .. "/release"))
+    local db = dir .. "/r.db"
+    H.write(dir .. "/release", "")
+    assert.equal(0, (H.vsalab("run --db " .. db .. " " .. dir .. "/slow.lua")))
+    os.remove(dir .. "/release")
+    os.remove(dir .. "/ready")
+    local job = H.spawn(H.exe .. " run --db " .. db .. " --resume 1 " .. dir .. "/slow.lua >/dev/null 2>&1")
+    H.wait_until("the resumed run's row", function() return io.open(dir .. "/ready") end)
+    local rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/slow.lua")
+    H.write(dir .. "/release", "")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("--resume: run 1 is still running (pid " .. job.pid, 1, true), err)
+    assert.equal(0, job.wait("the resumed run to finish"))
+    local _, out = H.vsalab("query --format csv --db " .. db .. " 'SELECT count(*) AS n FROM result'")
+    assert.equal("n\n2\n", out)
+    os.execute("rm -rf " .. dir)
+  end)
+
   it("--point-timeout skips a slow point and goes on", function()
     local dir = H.tmpdir()
     -- The first point is slow by construction, whatever the host's speed:
