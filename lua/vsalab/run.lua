@@ -199,6 +199,9 @@ function M.current(extra)
     -- row kept the first process's pid, so a second --resume started while
     -- one ran measured the same points again.
     local busy, claimed = M.still_running(r, ctx), 0
+    -- state first: finish() must close the row whatever interrupts below
+    -- (claiming: only if the row is this process's by then).
+    state = {db = db, id = r.id, path = path, resumed = true, claiming = true}
     if not busy then
       local _, n = db:q([[UPDATE run SET status = 'running', ended_at = NULL, error = NULL,
         pid = ?, host = ? WHERE id = ? AND status IS ? AND pid IS ? AND host IS ?]],
@@ -206,12 +209,12 @@ function M.current(extra)
       claimed = n
     end
     if busy or claimed ~= 1 then
+      state = nil
       db:close()
       require("vsalab.usage").error(busy or string.format(
         "--resume: run %d was resumed by another process as this one started", r.id))
     end
-    -- state first: finish() must close the row whatever interrupts below.
-    state = {db = db, id = r.id, path = path, resumed = true}
+    state.claiming = nil
     id = r.id
   else
     local env = M.environment()
@@ -311,6 +314,11 @@ function M.finish(status, err)
     err = err:match("interrupted![^\n]*") or err
   end
   s.id = s.id or s.db:run_id()
+  if s.claiming then
+    -- Interrupted around --resume's claim: the row is ours only if it took.
+    local okq, rows = pcall(s.db.q, s.db, "SELECT pid FROM run WHERE id = ?", s.id)
+    if not (okq and rows[1] and rows[1].pid == context().pid) then s.id = nil end
+  end
   local ok, why = true, nil
   if not s.worker and s.id then
     pcall(s.db.q, s.db, "PRAGMA busy_timeout = " .. LOCK_WAIT_MS)
