@@ -528,21 +528,27 @@ prepare_all(vsa_db *db)
 }
 
 /* Whether the file at path alone is the database: not ":memory:", and no
- * non-empty -wal file beside it, where SQLite keeps it (beside the file a
- * symbolic link names, not beside the link). When one is pending and wal
- * is not NULL, *wal gets its path (malloc'd). */
+ * non-empty -wal or -journal file beside it, where SQLite keeps them (beside
+ * the file a symbolic link names, not beside the link): a -journal is a
+ * rollback-mode writer's, mid-transaction or killed in one, and the file
+ * then holds its uncommitted pages (read as it stands: rows missing, others
+ * changed). When one is pending and wal is not NULL, *wal gets its path
+ * (malloc'd). */
 static int
 readable_as_is(const char *path, char **wal)
 {
   if (strcmp(path, ":memory:") == 0) return 0;
   char *real = realpath(path, NULL);
   const char *file = real ? real : path;
-  size_t n = strlen(file) + 5;
+  size_t n = strlen(file) + 9;
   char *log = malloc(n);
-  if (log) snprintf(log, n, "%s-wal", file);
+  int pending = !log;
+  for (int i = 0; i < 2 && !pending; i++) {
+    struct stat st;
+    snprintf(log, n, "%s%s", file, i ? "-journal" : "-wal");
+    pending = stat(log, &st) == 0 && st.st_size > 0;
+  }
   free(real);
-  struct stat st;
-  int pending = !log || (stat(log, &st) == 0 && st.st_size > 0);
   if (pending && wal && log) *wal = log;
   else free(log);
   return !pending;
@@ -575,9 +581,16 @@ vsa_db_open(vsa_db **out, const char *path, int readonly)
    * even to read. With nothing pending the file alone is the database:
    * read it as immutable. */
   if (bad && db->readonly && !db->immutable && db->h) {
-    int code = sqlite3_extended_errcode(db->h) & 0xff;
+    int ext = sqlite3_extended_errcode(db->h), code = ext & 0xff;
     char *wal = NULL;
-    if ((code == SQLITE_READONLY || code == SQLITE_CANTOPEN) && readable_as_is(path, &wal)) {
+    if (ext == SQLITE_READONLY_ROLLBACK) {
+      /* A hot journal: only a connection that may write can roll it back. */
+      readable_as_is(path, &wal);
+      vsa_fail("db '%s': a writer stopped in the middle of a transaction and left its "
+               "rollback journal (%s): open the file once with write access to roll it back "
+               "(sqlite3 '%s' 'PRAGMA user_version'), then read it", path,
+               wal ? wal : "-journal", path);
+    } else if ((code == SQLITE_READONLY || code == SQLITE_CANTOPEN) && readable_as_is(path, &wal)) {
       sqlite3_close_v2(db->h);
       db->h = NULL;
       db->immutable = 1;

@@ -268,14 +268,17 @@ parse_shape(lua_State *L, int idx, int64_t *shape)
   return n;
 }
 
-/* Options table at idx: {dtype=, device=}; defaults f32 on cpu. */
+/* Options table at idx: {dtype=, device=}; defaults f32 on cpu. Any other
+ * key raises (a misspelt dtyp= made an f32 tensor unseen). */
 static void
-parse_placement(lua_State *L, int idx, vsa_dtype *dtype, int *device)
+parse_placement(lua_State *L, int idx, const char *fn, vsa_dtype *dtype, int *device)
 {
+  static const char *const keys[] = {"dtype", "device", NULL};
   *dtype = VSA_F32;
   *device = VSA_CPU;
   if (lua_isnoneornil(L, idx)) return;
   luaL_checktype(L, idx, LUA_TTABLE);
+  vsa_arg_check_keys(L, idx, fn, keys);
   lua_getfield(L, idx, "dtype");
   if (!lua_isnil(L, -1)) *dtype = parse_dtype(L, lua_gettop(L), "dtype");
   lua_pop(L, 1);
@@ -300,17 +303,24 @@ opt_int_field(lua_State *L, int idx, const char *k, lua_Number def,
 // ----------------------------------------------------------------------------
 // constructors
 
-/* vsalab.empty(shape [, {dtype=, device=}]) */
+/* An uninitialised tensor of shape (at 1) and options (at 2) for fn. */
 static int
-l_empty(lua_State *L)
+new_tensor(lua_State *L, const char *fn)
 {
   int64_t shape[VSA_MAX_DIMS];
   int n = parse_shape(L, 1, shape);
   vsa_dtype dt;
   int dev;
-  parse_placement(L, 2, &dt, &dev);
+  parse_placement(L, 2, fn, &dt, &dev);
   vsa_lua_newtensor(L, dt, dev, n, shape);
   return 1;
+}
+
+/* vsalab.empty(shape [, {dtype=, device=}]) */
+static int
+l_empty(lua_State *L)
+{
+  return new_tensor(L, "empty");
 }
 
 static int
@@ -324,7 +334,7 @@ fill_top(lua_State *L, double v)
 static int
 l_zeros(lua_State *L)
 {
-  l_empty(L);
+  new_tensor(L, "zeros");
   return fill_top(L, 0.0);
 }
 
@@ -334,7 +344,7 @@ l_full(lua_State *L)
 {
   double v = luaL_checknumber(L, 2);
   lua_remove(L, 2);
-  l_empty(L);
+  new_tensor(L, "full");
   return fill_top(L, v);
 }
 
@@ -388,7 +398,7 @@ l_from_table(lua_State *L)
   luaL_checktype(L, 1, LUA_TTABLE);
   vsa_dtype dt;
   int dev;
-  parse_placement(L, 2, &dt, &dev);
+  parse_placement(L, 2, "from_table", &dt, &dev);
   int64_t shape[VSA_MAX_DIMS];
   int n = nested_shape(L, 1, shape);
   vsa_tensor *host = vsa_lua_newtensor(L, dt, VSA_CPU, n, shape);

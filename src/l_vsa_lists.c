@@ -247,11 +247,22 @@ l_vsa_topk(lua_State *L)
 static int
 l_list_sharing(lua_State *L)
 {
+  lua_settop(L, 3);
+  /* An i64 list is kept (pinned, at 4) until its entries are checked: one
+   * no i32 holds is reported as itself, not as the clamped 2147483647. */
+  vsa_tensor *orig = luaL_testudata(L, 1, VSA_TENSOR_MT);
+  if (orig && orig->st && orig->dtype == VSA_I64) {
+    lua_pushvalue(L, 1);
+    orig = vsa_lua_pin(L, -1, "q2k_idx");
+  } else {
+    orig = NULL;
+  }
   vsa_tensor *idx = vsa_arg_index(L, 1, "q2k_idx", 4);
   vsa_tensor *num = vsa_arg_index(L, 2, "q2k_num", 3);
   int64_t want[3] = {idx->shape[0], idx->shape[1], idx->shape[2]};
   vsa_arg_shape(L, num, "q2k_num", 3, want);
   vsa_arg_device(L, num, "q2k_num", idx->device, "q2k_idx");
+  if (orig) vsa_arg_check_i64_entries(L, orig, num, "q2k_idx");
   lua_Number n = luaL_checknumber(L, 3);
   luaL_argcheck(L, n == floor(n) && n >= 1 && n <= (1 << 24), 3,
                 "num_kv_blocks must be an integer in [1, 2^24]");

@@ -47,6 +47,20 @@ function M.unregister(name)
   return false
 end
 
+-- Why `name` cannot be given to a backend loaded from outside vsalab (a
+-- plug-in, an external command), or nil: it is one of vsalab's own
+-- backwards (registered below), whose rows it would take over unseen
+-- (plugin_name=reference measured the plug-in as 'reference'), or the
+-- kernel of rows that are no backward.
+M.row_kernels = {invert = "the inversion's rows", gemm_bf16 = "the GEMM ceiling's rows",
+  config = "the rows of skipped points"}
+local builtin = {}
+function M.reserved(name)
+  if builtin[name] then return "'" .. name .. "' is vsalab's own backward: pick another name" end
+  if M.row_kernels[name] then return "'" .. name .. "' names " .. M.row_kernels[name] .. ": pick another name" end
+  return nil
+end
+
 function M.load(o) return require("vsalab.plugin").load(o) end
 function M.external(o) return require("vsalab.external").external(o) end
 function M.peer(name) return require("vsalab.external").peer(name) end
@@ -228,5 +242,7 @@ sm100a("sm100a-fp32", false, false, "sm100a with dQ summed in fp32 in arrival or
 sm100a("sm100a-emu", true, true,
   "the sm100a kernel over an emulated tcgen05 layer on sm_90a (a test backend: correctness, not speed)")
 sm100a("sm100a-emu-fp32", true, false, "sm100a-emu with dQ summed in fp32 in arrival order", "sm100a-emu")
+
+for _, b in ipairs(M.list) do builtin[b.name] = true end
 
 return M

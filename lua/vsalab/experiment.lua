@@ -54,6 +54,12 @@ local function apply_common(c)
       usage.error("argument 'plugin': the backend name from its file name, '" .. derived
         .. "', is not letters, digits and _ . : - only: give plugin_name=NAME")
     end
+    local taken = backends.reserved(name or derived)
+    if taken and name then usage.error("argument 'plugin_name': " .. taken) end
+    if taken then
+      usage.error("argument 'plugin': the backend name from its file name, " .. taken:gsub(": pick another name$", "")
+        .. ": give plugin_name=NAME")
+    end
     usage.wrap(backends.load, {path = path, symbol = symbol, name = name})
   elseif c.plugin_symbol or c.plugin_name then
     usage.error("argument 'plugin_symbol'/'plugin_name': give plugin=PATH too")
@@ -644,9 +650,11 @@ function M.run_config(e, i, c, device, seed, rows, n)
       return "done"
     end
     report.progress(i - 1, n, "building inputs " .. (c.label or ""))
-    -- The problem is the point itself, less its display label.
-    local spec = M.point_of(c)
-    spec.label, spec.device, spec.seed = nil, device, M.point_seed(seed, hash)
+    -- The problem is the point itself, less its display label and any
+    -- other axis of the sweep's own that problem.build does not take.
+    local spec = {}
+    for _, k in ipairs(problem.fields) do spec[k] = c[k] end
+    spec.device, spec.seed = device, M.point_seed(seed, hash)
     local p = problem.build(spec)
     local label = shape_of(c, p)
 

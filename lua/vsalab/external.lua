@@ -204,6 +204,8 @@ function M.external(o)
   if type(o.name) ~= "string" or not o.name:match("^[%w_.:%-]+$") then
     error("backends.external: field 'name' must be letters, digits and _ . : -", 2)
   end
+  local taken = require("vsalab.backends").reserved(o.name)
+  if taken then error("backends.external: field 'name': " .. taken, 2) end
   if type(o.cmd) ~= "table" or #o.cmd == 0 then
     error("backends.external: field 'cmd' must be a non-empty list of strings (the command; DIR is appended)", 2)
   end

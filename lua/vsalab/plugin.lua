@@ -114,6 +114,8 @@ function M.load(o)
   if type(name) ~= "string" or not name:match(M.name_pattern) then
     error("backends.load: field 'name' must be letters, digits and _ . : - (got " .. tostring(name) .. ")", 2)
   end
+  local taken = require("vsalab.backends").reserved(name)
+  if taken then error("backends.load: field 'name': " .. taken, 2) end
   local pl = core.plugin_open(o.path, symbol, name)
   local info = pl:info()
   local backends = require "vsalab.backends"

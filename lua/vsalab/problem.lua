@@ -76,7 +76,22 @@ function M.grid_latent(nblocks)
   return {4 * best[1], 4 * best[2], 4 * best[3]}
 end
 
+-- The fields build takes (vbs and forward = false for tests' own block
+-- sizes and no reference forward).
+M.fields = {"B", "H", "Sq", "Skv", "latent", "D", "density", "topk", "ragged", "seed",
+  "device", "lists", "sm_scale", "vbs", "forward"}
+local known = {}
+for _, k in ipairs(M.fields) do known[k] = true end
+
 function M.build(s)
+  if type(s) ~= "table" then error("problem.build: expected a table of fields", 2) end
+  -- A misspelt field (ragegd=true) would build another problem unseen.
+  for k in pairs(s) do
+    if not known[k] then
+      error(string.format("problem.build: unknown field '%s' (takes %s)", tostring(k),
+        table.concat(M.fields, ", ")), 2)
+    end
+  end
   local dev = s.device or M.default_device()
   local B, H, D = s.B or 1, assert(s.H, "H is required"), s.D or 128
   local seed = s.seed

@@ -101,6 +101,20 @@ local function resume_id(db, ref, path)
   return id
 end
 
+-- Why run row r (id, status, pid, host) cannot be resumed by this
+-- process, or nil: it is running here, its process alive. Two writers
+-- would measure the same points twice.
+function M.still_running(r, ctx)
+  if r.status == "running" and r.host == ctx.host and r.pid and r.pid ~= ctx.pid then
+    local alive = io.open("/proc/" .. tostring(r.pid) .. "/stat")
+    if alive then
+      alive:close()
+      return string.format("--resume: run %d is still running (pid %d)", r.id, r.pid)
+    end
+  end
+  return nil
+end
+
 -- --resume RUN, before the script starts (the host calls this): the run
 -- must exist and have run the same script with the same arguments; its
 -- seed and --timing mode are taken over, so the points it still lacks are
@@ -122,15 +136,8 @@ function M.adopt_resume()
   db:close()
   if not ok then error(r, 0) end
   r = r[1]
-  -- Still running here (its process alive): two writers would measure the
-  -- same points twice.
-  if r.status == "running" and r.host == ctx.host and r.pid and r.pid ~= ctx.pid then
-    local alive = io.open("/proc/" .. tostring(r.pid) .. "/stat")
-    if alive then
-      alive:close()
-      error(string.format("--resume: run %d is still running (pid %d)", r.id, r.pid), 0)
-    end
-  end
+  local busy = M.still_running(r, ctx)
+  if busy then error(busy, 0) end
   -- The same script: by file when the recorded path still names one from
   -- here, else by name.
   if r.script and ctx.script then
@@ -202,15 +209,33 @@ function M.current(extra)
       db:close()
       error(rid, 0)
     end
-    -- state first: finish() must close the row whatever interrupts below.
-    -- prior: how the run ended before, kept when this pass adds no row
-    -- (counted in the DB: under --devices the workers log them).
-    local r = db:q([[SELECT status, ended_at,
+    local r = db:q([[SELECT id, status, pid, host, ended_at,
       (SELECT count(*) FROM result WHERE run_id = run.id) AS rows FROM run WHERE id = ?]], rid)[1]
-    state = {db = db, id = rid, path = path, resumed = true,
+    -- Claimed for this process (its pid and host, which a later --resume
+    -- checks) only if no other resume claimed it since it was read: the
+    -- row kept the first process's pid, so a second --resume started while
+    -- one ran measured the same points again.
+    local busy, claimed = M.still_running(r, ctx), 0
+    -- state first: finish() must close the row whatever interrupts below
+    -- (claiming: only if the row is this process's by then). prior: how
+    -- the run ended before, kept when this pass adds no row (counted in
+    -- the DB: under --devices the workers log them).
+    state = {db = db, id = r.id, path = path, resumed = true, claiming = true,
       prior = {status = r.status, ended_at = r.ended_at, rows = r.rows}}
-    db:q("UPDATE run SET status = 'running', ended_at = NULL, error = NULL WHERE id = ?", rid)
-    id = rid
+    if not busy then
+      local _, n = db:q([[UPDATE run SET status = 'running', ended_at = NULL, error = NULL,
+        pid = ?, host = ? WHERE id = ? AND status IS ? AND pid IS ? AND host IS ?]],
+        ctx.pid, ctx.host, r.id, r.status, r.pid, r.host)
+      claimed = n
+    end
+    if busy or claimed ~= 1 then
+      state = nil
+      db:close()
+      require("vsalab.usage").error(busy or string.format(
+        "--resume: run %d was resumed by another process as this one started", r.id))
+    end
+    state.claiming = nil
+    id = r.id
   else
     local env = M.environment()
     for k, v in pairs(extra or {}) do env[k] = v or nil end
@@ -309,6 +334,11 @@ function M.finish(status, err)
     err = err:match("interrupted![^\n]*") or err
   end
   s.id = s.id or s.db:run_id()
+  if s.claiming then
+    -- Interrupted around --resume's claim: the row is ours only if it took.
+    local okq, rows = pcall(s.db.q, s.db, "SELECT pid FROM run WHERE id = ?", s.id)
+    if not (okq and rows[1] and rows[1].pid == context().pid) then s.id = nil end
+  end
   local ok, why = true, nil
   if not s.worker and s.id then
     pcall(s.db.q, s.db, "PRAGMA busy_timeout = " .. LOCK_WAIT_MS)

@@ -38,6 +38,18 @@ describe("backends.load", function()
     assert.truthy(H.err(vsalab.backends.load, {path = lib, supported = 3}):find("field 'supported'", 1, true))
   end)
 
+  it("refuses the name of vsalab's own backwards and rows (the plug-in took over 'reference' unseen)", function()
+    for name, want in pairs{reference = "'reference' is vsalab's own backward", sm90a = "'sm90a' is vsalab's own backward",
+        invert = "'invert' names the inversion's rows", gemm_bf16 = "'gemm_bf16' names the GEMM ceiling's rows"} do
+      local e = H.err(vsalab.backends.load, {path = lib, name = name})
+      assert.truthy(e:find(want, 1, true), e)
+      e = H.err(vsalab.backends.external, {name = name, cmd = {"true"}})
+      assert.truthy(e:find(want, 1, true), e)
+    end
+    -- The built-in backward is still the one registered.
+    assert.is_nil(vsalab.backends.get("reference").origin)
+  end)
+
   it("registers a backend that passes the fp64 oracle on fresh inputs", function()
     local b = vsalab.backends.load{path = lib, name = "example_spec"}
     assert.equal(b, vsalab.backends.get("example_spec"))
@@ -236,10 +248,15 @@ describe("plugin= on the command line", function()
     -- Named by the argument given, not by backends.load's fields.
     local spaced = dir .. "/libwith space" .. H.seed() .. ".so"
     os.execute("cp " .. lib .. " '" .. spaced .. "'")
+    local renamed = dir .. "/libreference.so"
+    os.execute("cp " .. lib .. " " .. renamed)
     for args, want in pairs{
         ["plugin="] = "argument 'plugin': expected the path of a shared library",
         ["plugin=" .. lib .. " plugin_name=a/b"] = "argument 'plugin_name': letters, digits and _ . : - only, got 'a/b'",
         ["'plugin=" .. spaced .. "'"] = "argument 'plugin': the backend name from its file name, 'with space",
+        ["plugin=" .. lib .. " plugin_name=reference"] = "argument 'plugin_name': 'reference' is vsalab's own backward: pick another name",
+        ["plugin=" .. lib .. " plugin_name=invert"] = "argument 'plugin_name': 'invert' names the inversion's rows",
+        ["plugin=" .. renamed] = "argument 'plugin': the backend name from its file name, 'reference' is vsalab's own backward: give plugin_name=NAME",
       } do
       rc, _, err = H.vsalab("run --db " .. dir .. "/x.db " .. H.root .. "/experiments/smoke.lua " .. args)
       assert.equal(2, rc, args)

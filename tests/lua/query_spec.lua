@@ -23,6 +23,29 @@ describe("result queries", function()
     assert.truthy(out:match("^| id | status"))
   end)
 
+  it("does not read a file a rollback-mode writer left mid-transaction as it stands", function()
+    -- A writer killed inside a transaction that spilled pages into the
+    -- file: its hot journal holds the committed pages. Read as it stands,
+    -- the file showed rows gone (or 'the database file is corrupt').
+    local hot = dir .. "/hot.db"
+    os.execute("cp " .. db .. " " .. hot)
+    assert.equal(0, (H.sh("sqlite3 " .. hot .. " 'PRAGMA journal_mode=DELETE'")))
+    H.sh("printf 'PRAGMA cache_size=1;\\nBEGIN;\\nDELETE FROM result;\\nCREATE TABLE junk(x);\\n"
+      .. "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 2000) "
+      .. "INSERT INTO junk SELECT randomblob(1000) FROM n;\\n.shell kill -9 $PPID\\n' | sqlite3 " .. hot)
+    assert.equal("file", vsalab.file_type(hot .. "-journal"))
+    for _, cmd in ipairs{"runs", "show 1", "query 'SELECT count(*) FROM result'"} do
+      local rc, out, err = H.vsalab(cmd .. " --db " .. hot)
+      assert.equal(2, rc, cmd .. ": " .. out .. err)
+      assert.truthy(err:find("left its rollback journal (" .. hot .. "-journal)", 1, true), err)
+    end
+    -- Rolled back by a connection that may write, it reads in full.
+    assert.equal(0, (H.sh("sqlite3 " .. hot .. " 'PRAGMA user_version'")))
+    local rc, out, err = H.vsalab("query --format csv --db " .. hot .. " 'SELECT count(*) AS n FROM result'")
+    assert.equal(0, rc, err)
+    assert.equal("n\n8\n", out)
+  end)
+
   it("shows a run's environment and rows", function()
     local rc, out = H.vsalab("show --db " .. db .. " latest")
     assert.equal(0, rc)

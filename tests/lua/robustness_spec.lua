@@ -63,6 +63,19 @@ describe("robustness", function()
       {out = {idx, vsalab.zeros({1, 1, 2}, {dtype = "i32"})}}):match("share memory"))
   end)
 
+  it("refuses a misspelt option of the tensor constructors and problem.build (it built another thing unseen)", function()
+    for fn, args in pairs{empty = {{2}}, zeros = {{2}}, full = {{2}, 1}, from_table = {{1, 2}}} do
+      args[#args + 1] = {dtyp = "i32"}
+      local e = H.err(vsalab[fn], unpack(args))
+      assert.truthy(e:find(fn .. ": unknown option 'dtyp' (takes dtype, device)", 1, true), e)
+    end
+    assert.equal("i32", vsalab.zeros({2}, {dtype = "i32", device = "cpu"}).dtype)
+    local e = H.err(vsalab.problem.build, {H = 1, Sq = 128, D = 16, topk = 1, seed = 1, device = "cpu", ragegd = true})
+    assert.truthy(e:find("problem.build: unknown field 'ragegd' (takes B, H, Sq", 1, true), e)
+    e = H.err(vsalab.problem.build, {H = 1, latent = {4, 4, 8}, D = 16, topk = 1, seed = 1, device = "cpu", lsits = "vsa:4"})
+    assert.truthy(e:find("unknown field 'lsits'", 1, true), e)
+  end)
+
   it("bounds seeds and sm_scale to what the arithmetic keeps exact", function()
     assert.truthy(H.err(function() vsalab.zeros({2}):fill_randn{seed = 2^64} end):match("2%^53"))
     assert.truthy(H.err(vsalab.random_topk, {B = 1, H = 1, nq = 2, nkv = 2, topk = 1, seed = math.huge}):match("2%^53"))
@@ -366,6 +379,31 @@ describe("resume and point timeout", function()
     assert.equal(2, rc, err)
     assert.truthy(err:find("still running", 1, true), err)
     assert.equal(0, job.wait("the held run to finish"))
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("--resume refuses a run another --resume is running (the row kept the first pid)", function()
+    local dir = H.tmpdir()
+    H.write(dir .. "/slow.lua", string.format([[
+      vsalab.log{experiment = "slow", kernel = "k"}
+      io.open(%q, "w"):close()
+      local t = vsalab.proc_now()
+      while not io.open(%q) and vsalab.proc_now() - t < 300 do os.execute("sleep 0.05") end
+    ]], dir .. "/ready", dir .. "/release"))
+    local db = dir .. "/r.db"
+    H.write(dir .. "/release", "")
+    assert.equal(0, (H.vsalab("run --db " .. db .. " " .. dir .. "/slow.lua")))
+    os.remove(dir .. "/release")
+    os.remove(dir .. "/ready")
+    local job = H.spawn(H.exe .. " run --db " .. db .. " --resume 1 " .. dir .. "/slow.lua >/dev/null 2>&1")
+    H.wait_until("the resumed run's row", function() return io.open(dir .. "/ready") end)
+    local rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/slow.lua")
+    H.write(dir .. "/release", "")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("--resume: run 1 is still running (pid " .. job.pid, 1, true), err)
+    assert.equal(0, job.wait("the resumed run to finish"))
+    local _, out = H.vsalab("query --format csv --db " .. db .. " 'SELECT count(*) AS n FROM result'")
+    assert.equal("n\n2\n", out)
     os.execute("rm -rf " .. dir)
   end)
 

@@ -331,6 +331,12 @@ describe("list_sharing", function()
     assert.truthy(H.err(vsalab.list_sharing, idx, vsalab.from_table({{{3, 1}}}, {dtype = "i32"}), 4):match("q2k_num is 3"))
     assert.truthy(H.err(vsalab.list_sharing, idx, num, 0):match("num_kv_blocks"))
     assert.truthy(H.err(vsalab.list_sharing, idx, vsalab.from_table({{{3}}}, {dtype = "i32"}), 4):match("^q2k_num: expected shape"))
+    -- An i64 entry no i32 holds is reported as itself (it read 2147483647).
+    local e = H.err(vsalab.list_sharing, vsalab.from_table({{{{0, 2^33}}}}, {dtype = "i64"}),
+      vsalab.from_table({{{2}}}, {dtype = "i64"}), 4)
+    assert.truthy(e:find("index 8589934592 out of range", 1, true), e)
+    assert.equal(1, (vsalab.list_sharing(vsalab.from_table({{{{0, 1}}}}, {dtype = "i64"}),
+      vsalab.from_table({{{2}}}, {dtype = "i64"}), 2)))
   end)
 end)
 
