@@ -244,6 +244,9 @@ function M.main(argv)
   elseif cmd == "query" then
     if #o.rest < 1 then return fail(usage.query) end
     local sql = table.remove(o.rest, 1)
+    -- Nothing to run (a shell variable that expanded to ''): say so, not
+    -- a blank line and exit 0.
+    if not sql:find("%S") then return fail("the SQL is empty") end
     local vals = {}
     for i, v in ipairs(o.rest) do vals[i] = tonumber(v) or v end
     -- Lua passes at most a few thousand values to a call; SQLite binds

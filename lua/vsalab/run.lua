@@ -188,7 +188,12 @@ function M.current(extra)
   local path = ctx.db_path or "results.db"
   -- A --db that cannot be opened is the user's to fix: a usage error.
   local ok, db = pcall(core.db_open, path)
-  if not ok then require("vsalab.usage").error(tostring(db)) end
+  if not ok then
+    -- The C layer's hint (readonly=true) is for Lua's vsalab.db_open; here
+    -- the command line asked for a run, which must write its rows.
+    require("vsalab.usage").error((tostring(db):gsub("; open it with readonly=true to read it",
+      "; a run writes its rows there (runs, show and query can read it as it is)")))
+  end
   local id
   local w = M.worker()
   if w then

@@ -119,6 +119,10 @@ describe("result queries", function()
     assert.equal(2, rc4)
     assert.truthy(err4:find("vsalab query: the SQL takes 2 value(s) to bind, 1 given", 1, true), err4)
     assert.equal(2, (H.vsalab("query --db " .. db .. " \"SELECT ?\" 1 2")))
+    -- Empty SQL (a shell variable that expanded to nothing) is no statement.
+    local rc5, out5, err5 = H.vsalab("query --db " .. db .. " ' '")
+    assert.equal(2, rc5, out5)
+    assert.truthy(err5:find("vsalab query: the SQL is empty", 1, true), err5)
     assert.equal(2, (H.vsalab("query --db " .. db .. " --format xml \"SELECT 1\"")))
     assert.equal(2, (H.vsalab("runs --db " .. dir .. "/none.db")))
   end)
@@ -151,6 +155,8 @@ describe("result queries", function()
     -- needs another user, so a copy of the binary runs as nobody.
     local ro = H.tmpdir()
     os.execute("cp " .. db .. " " .. ro .. "/t.db && cp " .. H.exe .. " " .. ro .. "/vsalab")
+    H.write(ro .. "/log.lua", "vsalab.log{experiment = 'x', kernel = 'k'}\n")
+    os.execute("chmod 644 " .. ro .. "/log.lua")
     local root = H.sh("test \"$(id -u)\" = 0") == 0
     os.execute("chmod 755 " .. ro .. " " .. ro .. "/vsalab && chmod 644 " .. ro .. "/t.db")
     if not root then os.execute("chmod 555 " .. ro) end
@@ -168,6 +174,12 @@ describe("result queries", function()
     end
     local _, out = ro_vsalab("query --format csv --db " .. ro .. "/t.db \"SELECT count(*) AS n FROM result\"")
     assert.equal("n\n8\n", out)
+    -- A run there is refused as the command line's (it named the Lua
+    -- option readonly=true as the way out).
+    local rcr, _, errr = ro_vsalab("run --db " .. ro .. "/t.db " .. ro .. "/log.lua")
+    assert.equal(2, rcr, errr)
+    assert.truthy(errr:find("a run writes its rows there", 1, true), errr)
+    assert.falsy(errr:find("readonly=true", 1, true), errr)
     -- A path with a leading "//" is a path, not a URI's host.
     local rc2, out2, err2 = ro_vsalab("query --format csv --db /" .. ro .. "/t.db \"SELECT count(*) AS n FROM result\"")
     assert.equal(0, rc2, err2)
