@@ -7,6 +7,7 @@
 set -uo pipefail
 B=.gpu-bin/vsalab
 export LUA_PATH=".gpu-bin/lua/share/?.lua;.gpu-bin/lua/share/?/init.lua;;" LUA_CPATH=".gpu-bin/lua/lib/?.so;;"
+export VSALAB_PLUGIN_DIR=.gpu-bin # the example plug-ins plugin_spec loads (run.sh sets it too)
 OUT=$OUT/r timeout 60 tests/gpu/run.sh $B quick > $OUT/quick.log 2>&1; echo "quick rc $?"
 timeout 150 $B run tests/run_busted.lua --tags=gpu -o utfTerminal tests/gpu/gpu_spec.lua tests/gpu/bench_spec.lua \
   tests/gpu/sm90a_spec.lua tests/gpu/vsa_lists_spec.lua tests/gpu/plugin_spec.lua > $OUT/specs.log 2>&1
