@@ -73,7 +73,9 @@ script=$1; shift
 [[ "$gres" =~ ^[^[:space:]]+$ ]] || die "--gres expects a spec such as gpu:1 or none, got '$gres'"
 # The whole command is checked here before anything is submitted (`vsalab
 # run --check`: the options' values, then the experiment's arguments and
-# points, stopping before it needs a GPU, measures or opens a DB): a typo
+# points, stopping before it needs a GPU, measures or opens a DB; a script
+# that is not an experiment stops at its first problem.build, bench or
+# logged row): a typo
 # in -a or kernels= would otherwise fail every shard on the cluster. A
 # script that fails on this node for another reason (exit 1: it needs the
 # GPU before its experiment starts) is only warned about; the check is

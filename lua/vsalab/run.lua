@@ -22,6 +22,21 @@ local function context()
   return (v and v.context) or {}
 end
 
+-- vsalab run --check of a script that is not an experiment (no
+-- experiment.run to plan its points): its arguments were read by the time
+-- it builds a problem, times something or logs a row, so it stops there,
+-- exit 0. Run whole it would measure where slurm-sweep.sh checks it (the
+-- login node) and write a run into that directory's results.db.
+function M.check_stop(what)
+  local ctx = context()
+  if not ctx.check then return end
+  local name = (tostring(ctx.script or "script"):match("([^/]+)$") or "script"):gsub("%.lua$", "")
+  io.stderr:write(name, ": --check: the arguments check out (stopped at its first ", what,
+    "); nothing was run\n")
+  io.stderr:flush()
+  os.exit(0)
+end
+
 -- Under `vsalab run --devices` this process is a worker of a coordinator
 -- (lua/vsalab/devices.lua), which set VSALAB_WORKER_FD (its socket),
 -- VSALAB_WORKER_RUN (the run row it began) and VSALAB_WORKER_GPU,
@@ -181,6 +196,7 @@ function M.current(extra)
     if not state.id then pcall(state.db.close, state.db); state = nil end
   end
   if state then return state end
+  M.check_stop("vsalab.log or vsalab.run")
   -- A finalizer run when the state closes (or code after run_finish)
   -- would begin a second run row that nothing ever closes.
   if closed then error("vsalab.log: this invocation's run is already closed", 0) end

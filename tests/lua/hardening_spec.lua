@@ -1085,3 +1085,42 @@ describe("a new user's findings: report's last line", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings: run --check of a script that is not an experiment", function()
+  it("stops at its first problem.build, vsalab.bench or logged row: nothing measured, no DB", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/c.db"
+    -- A sweep written from the Lua API alone: its own loop, no experiment.run.
+    local head = [[
+local sw = vsalab.sweep.new{axes = {{"density", {0.25, 0.5}}}, fixed = {H = 1, D = 64, Sq = 256}}
+local a = require("vsalab.experiment").args(sw:override(arg), {reps = 2})
+]]
+    local bodies = {
+      ["problem.build"] = [[for _, pt in ipairs(sw:points()) do
+  local p = vsalab.problem.build{H = pt.H, Sq = pt.Sq, D = pt.D, density = pt.density, seed = 1, device = "cpu"}
+  vsalab.log{experiment = "mine", kernel = "reference", density = p.density}
+end]],
+      ["vsalab.bench"] = [[vsalab.bench(function() end, {repeats = a.reps})
+vsalab.log{experiment = "mine", kernel = "x"}]],
+      ["vsalab.log or vsalab.run"] = [[vsalab.log{experiment = "mine", kernel = "x"}]],
+    }
+    for what, body in pairs(bodies) do
+      local script = dir .. "/mine.lua"
+      H.write(script, head .. body .. "\n")
+      local rc, _, err = H.vsalab("run --check --db " .. db .. " " .. script)
+      assert.equal(0, rc, err)
+      assert.truthy(err:find("mine: --check: the arguments check out (stopped at its first " .. what
+        .. "); nothing was run", 1, true), err)
+      assert.is_nil(io.open(db), what) -- no run row, no DB
+      -- Its arguments are still checked first, and it runs as usual without --check.
+      rc, _, err = H.vsalab("run --check --db " .. db .. " " .. script .. " -a foo=1")
+      assert.equal(2, rc, err)
+      assert.truthy(err:find("sweep: no axis 'foo'", 1, true), err)
+      rc, _, err = H.vsalab("run --db " .. db .. " " .. script)
+      assert.equal(0, rc, err)
+      assert.truthy(io.open(db), what)
+      os.remove(db)
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+end)
