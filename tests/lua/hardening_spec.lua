@@ -1124,3 +1124,24 @@ vsalab.log{experiment = "mine", kernel = "x"}]],
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings: the API paths README.md names", function()
+  it("resolve in a script: vsalab.experiment.run, vsalab.X.Y", function()
+    local f = assert(io.open(H.root .. "/README.md"))
+    local text = f:read("*a")
+    f:close()
+    local seen, n = {}, 0
+    for path in text:gmatch("`(vsalab%.[%w_]+%.[%w_]+)") do
+      if not seen[path] then
+        seen[path] = true
+        n = n + 1
+        local mod, field = path:match("^vsalab%.([%w_]+)%.([%w_]+)$")
+        local t = vsalab[mod]
+        assert.equal("table", type(t), path .. ": vsalab." .. mod .. " is a " .. type(t))
+        assert.is_not_nil(t[field], path)
+      end
+    end
+    assert.truthy(seen["vsalab.experiment.run"] and n >= 10, n)
+    assert.equal("function", type(vsalab.experiment.args))
+  end)
+end)
