@@ -145,7 +145,10 @@ function M.adopt_resume()
   local ok, r = pcall(resume_id, db, ctx.resume, path)
   if ok then
     ctx.resume = r
-    ok, r = pcall(db.q, db, [[SELECT id, script, seed, args, status, pid, host,
+    -- (sweep columns since schema 3; an older file read as it is lacks them)
+    local sweeps = require("vsalab.shard").has_sweeps(db)
+      and "sweep_id, shard_index, shard_count" or "NULL AS sweep_id"
+    ok, r = pcall(db.q, db, [[SELECT id, script, seed, args, status, pid, host, ]] .. sweeps .. [[,
       json_extract(context, '$.timing') AS timing FROM run WHERE id = ?]], ctx.resume)
   end
   db:close()
@@ -185,6 +188,25 @@ function M.adopt_resume()
       r.id, r.timing or "hot (the default)", ctx.timing), 0)
   end
   ctx.timing = ctx.timing or r.timing
+  -- A shard's run holds its slice only: resumed with another slice (or
+  -- none) it took the other shards' points too, which the merge then holds
+  -- twice in one logical run. Its slice is taken over like its seed.
+  local here = ctx.shard
+  if r.shard_count then
+    local theirs = string.format("%d/%d", r.shard_index, r.shard_count)
+    if here and (here.index ~= r.shard_index or here.count ~= r.shard_count) then
+      error(string.format("--resume: run %d is shard %s of sweep '%s', not %d/%d (leave --shard out to take the run's)",
+        r.id, theirs, tostring(r.sweep_id), here.index, here.count), 0)
+    end
+    ctx.shard = {index = r.shard_index, count = r.shard_count}
+  elseif here then
+    error(string.format("--resume: run %d is not a shard: resume it without --shard", r.id), 0)
+  end
+  if ctx.sweep_id and ctx.sweep_id ~= r.sweep_id then
+    error(string.format("--resume: run %d belongs to sweep %s, not '%s' (leave --sweep-id out to take the run's)",
+      r.id, r.sweep_id and ("'" .. r.sweep_id .. "'") or "none", ctx.sweep_id), 0)
+  end
+  ctx.sweep_id = ctx.sweep_id or r.sweep_id
 end
 
 -- The run of this process: begun on first use (extra: run columns to set

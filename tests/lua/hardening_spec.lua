@@ -1145,3 +1145,41 @@ describe("a kernel engineer's findings: the API paths README.md names", function
     assert.equal("function", type(vsalab.experiment.args))
   end)
 end)
+
+describe("a kernel engineer's findings: --resume of a shard", function()
+  it("keeps the shard's slice: another --shard or --sweep-id is refused, none takes the run's", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/s.db"
+    local exp = H.root .. "/experiments/smoke.lua"
+    local rc, _, err = H.vsalab("run --db " .. db .. " --shard 0/2 --sweep-id X " .. exp)
+    assert.equal(0, rc, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT count(*) AS n FROM result")[1].n
+    d:close()
+    for _, c in ipairs{
+      {"--shard 1/2 --sweep-id X", "--resume: run 1 is shard 0/2 of sweep 'X', not 1/2"},
+      {"--shard 0/3", "not 0/3 (leave --shard out to take the run's)"},
+      {"--shard 0/2 --sweep-id Y", "--resume: run 1 belongs to sweep 'X', not 'Y'"},
+    } do
+      rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. c[1] .. " " .. exp)
+      assert.equal(2, rc, c[1] .. ": " .. err)
+      assert.truthy(err:find(c[2], 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    -- Left out, the run's slice: nothing new to measure, no other shard's points.
+    for _, flags in ipairs{"", "--shard 0/2 --sweep-id X"} do
+      rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. flags .. " " .. exp)
+      assert.equal(0, rc, err)
+    end
+    d = vsalab.db_open(db, {readonly = true})
+    assert.equal(rows, d:q("SELECT count(*) AS n FROM result")[1].n)
+    d:close()
+    -- A run that is not a shard resumes whole.
+    rc, _, err = H.vsalab("run --db " .. dir .. "/w.db " .. exp)
+    assert.equal(0, rc, err)
+    rc, _, err = H.vsalab("run --db " .. dir .. "/w.db --resume 1 --shard 0/2 " .. exp)
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("--resume: run 1 is not a shard: resume it without --shard", 1, true), err)
+    os.execute("rm -rf " .. dir)
+  end)
+end)
