@@ -1183,3 +1183,35 @@ describe("a kernel engineer's findings: --resume of a shard", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings: RUN:KERNEL names a shard's logical run", function()
+  it("finds the kernel in any shard's rows, as a plain RUN does (a shard's slice may be empty)", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/m.db"
+    local d = vsalab.db_open(db)
+    local function row(id, ms)
+      d:log{run_id = id, experiment = "e", kernel = "mine", B = 1, H = 2, Sq = 256, Skv = 256, D = 64,
+        block = 64, density = 0.5, topk = 2, ragged = 0, ms_median = ms, ms_min = ms, ms_max = ms,
+        samples = 3, mode = "hot", passed = 1}
+    end
+    -- Shard 0 measured nothing (its slice was empty); shard 1 the point.
+    local s0 = d:begin_run{script = "e.lua", args = "[]", seed = 1, sweep_id = "S", shard_index = 0, shard_count = 2}
+    d:end_run(s0, "finished")
+    local s1 = d:begin_run{script = "e.lua", args = "[]", seed = 1, sweep_id = "S", shard_index = 1, shard_count = 2}
+    row(s1, 1.0)
+    d:end_run(s1, "finished")
+    local other = d:begin_run{script = "e.lua", args = "[]", seed = 1}
+    row(other, 1.0)
+    d:end_run(other, "finished")
+    d:close()
+    local rc, out, err = H.vsalab("compare --db " .. db .. " " .. s0 .. ":mine " .. other .. ":mine")
+    assert.equal(0, rc, err)
+    assert.truthy(out:find("SAME 1", 1, true), out)
+    rc, _, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/r.html " .. s0 .. ":mine")
+    assert.equal(0, rc, err)
+    rc, _, err = H.vsalab("compare --db " .. db .. " " .. s0 .. ":nope " .. other .. ":mine")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("has no rows of kernel 'nope' (its kernels: mine)", 1, true), err)
+    os.execute("rm -rf " .. dir)
+  end)
+end)
