@@ -51,7 +51,11 @@ while [ $# -gt 0 ]; do
     --vsalab) need "$@"; vsalab=$2; shift 2 ;;
     --name) need "$@"; name=$2; shift 2 ;;
     --gres) need "$@"; gres=$2; shift 2 ;;
-    --sbatch) [ $# -ge 2 ] || die "--sbatch needs a value"; sbatch_args+=("$2"); shift 2 ;;
+    # An sbatch option starts with '-': anything else is the SCRIPT that
+    # a forgotten value let --sbatch swallow.
+    --sbatch) [ $# -ge 2 ] || die "--sbatch needs a value"
+      [[ "$2" == -* ]] || die "--sbatch expects an sbatch option such as --partition=gpu, got '$2'"
+      sbatch_args+=("$2"); shift 2 ;;
     --dry-run) dry=1; shift ;;
     --db|--shard|--sweep-id) die "$1 is set by this script (each shard gets its own DB and slice)" ;;
     --resume) die "--resume continues one run in one DB: resume a failed shard by hand (README.md)" ;;
@@ -73,7 +77,9 @@ script=$1; shift
 [[ "$gres" =~ ^[^[:space:]]+$ ]] || die "--gres expects a spec such as gpu:1 or none, got '$gres'"
 # The whole command is checked here before anything is submitted (`vsalab
 # run --check`: the options' values, then the experiment's arguments and
-# points, stopping before it needs a GPU, measures or opens a DB): a typo
+# points, stopping before it needs a GPU, measures or opens a DB; a script
+# that is not an experiment stops at its first problem.build, bench or
+# logged row): a typo
 # in -a or kernels= would otherwise fail every shard on the cluster. A
 # script that fails on this node for another reason (exit 1: it needs the
 # GPU before its experiment starts) is only warned about; the check is

@@ -79,6 +79,7 @@ function M.bench(fn, opts)
   opts = opts or {}
   if type(fn) ~= "function" then error("bench: fn must be a function", 2) end
   if type(opts) ~= "table" then error("bench: opts must be a table of options, got " .. type(opts), 2) end
+  require("vsalab.run").check_stop("vsalab.bench")
   local raw = opts.mode == "sustained" and M.sustained_opts(opts) or opts
   local ok, samples, clock, reason = pcall(core.bench_raw, fn, raw)
   if not ok then

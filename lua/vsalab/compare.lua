@@ -147,10 +147,14 @@ function M.resolve_side(db, ref)
   local r, kernel = ref:match("^(.-):([%w_.:%-]+)$")
   if not r or r == "" then r, kernel = ref, nil end
   local id = M.resolve(db, r)
-  if kernel and #db:q("SELECT 1 FROM result WHERE run_id = ? AND kernel = ? LIMIT 1", id, kernel) == 0 then
+  -- Any shard's id names its logical run: the kernel may be in another
+  -- shard's rows (this shard's slice can even be empty).
+  local shard = require "vsalab.shard"
+  local in_members = "run_id IN " .. shard.in_list(shard.members(db, id))
+  if kernel and #db:q("SELECT 1 FROM result WHERE " .. in_members .. " AND kernel = ? LIMIT 1", kernel) == 0 then
     -- Plug-ins and peers are named by vsalab (libmine.so: mine): say what it has.
     local has = {}
-    for _, k in ipairs(db:q("SELECT DISTINCT kernel FROM result WHERE run_id = ? ORDER BY kernel", id)) do
+    for _, k in ipairs(db:q("SELECT DISTINCT kernel FROM result WHERE " .. in_members .. " ORDER BY kernel")) do
       has[#has + 1] = k.kernel
     end
     error(string.format("run %d has no rows of kernel '%s' (%s)", id, kernel,

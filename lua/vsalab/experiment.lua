@@ -302,8 +302,21 @@ function M.run(e)
       if not p.skipped then e.configs[#e.configs + 1] = p end
     end
   end
-  -- A bad -a value is refused before the plan is printed.
-  for _, c in ipairs(e.configs) do M.check_point(M.normalise_lists(c)) end
+  -- A bad -a value is refused before the plan is printed. So are two
+  -- sweep points that become one when their lists are named canonically
+  -- (-a lists=[vsa:2,vsa:2.0]): the same inputs measured twice, two rows
+  -- of one point hash, of which compare and --resume see one.
+  local seen = {}
+  for _, c in ipairs(e.configs) do
+    local given = c.lists
+    M.check_point(M.normalise_lists(c))
+    local h = e.sweep and M.hash_of(c)
+    if h and seen[h] and seen[h] ~= (given or "random") then
+      usage.error(string.format("argument 'lists': '%s' and '%s' are one list kind, so the sweep "
+        .. "would measure its points twice: give each once", tostring(seen[h]), tostring(given)))
+    end
+    if h then seen[h] = given or "random" end
+  end
   if pts then
     io.stderr:write(e.name, ": ", desc, "\n")
     for _, p in ipairs(pts) do

@@ -2,7 +2,8 @@
 -- runs (RUN:KERNEL, e.g. 7:sm90a 7:triton: the same inputs), point by
 -- point as `vsalab compare` sets them (lua/vsalab/compare.lua): both
 -- medians, B/A and the verdict; a chart of B/A against tokens (log2), one
--- series per experiment, heads and density, points coloured by verdict;
+-- series per experiment, heads, density and list kind, points coloured by
+-- verdict;
 -- and the rel L2 errors against the fp64 oracle of both sides, output by
 -- output. An HTML fragment (inline SVG, no script) that htmlreport puts
 -- before the per-run sections.
@@ -106,7 +107,9 @@ function M.render(db, a, b, opts)
       .. "as host timings scatter run to run)", host_rows, host_rows == 1 and "" or "s", host_pct) or "",
     gate and '<b class="fail">`vsalab compare` would fail this pair (SLOW, NEW FAIL or MISSING).</b>'
       or "`vsalab compare` passes this pair.")
-  -- Ratio chart per experiment: one series per kernel, heads, density.
+  -- Ratio chart per experiment: one series per kernel, heads, density and
+  -- list kind (compare matches on it: random and vsa:2 points of one
+  -- density are two points, not one series that doubles back).
   local pair = a.kernel and b.kernel
   local groups, order = {}, {}
   for _, r in ipairs(rows) do
@@ -114,8 +117,9 @@ function M.render(db, a, b, opts)
       local g = r.experiment .. " · B/A of " .. a.label .. " → " .. b.label
       if not groups[g] then groups[g] = {}; order[#order + 1] = g end
       -- Kernel pairs are named in the title; runs compare kernel by kernel.
-      local key = string.format("%sH%s %.0f%%%s", pair and "" or (r.kernel .. " "), tostring(r.H),
-        100 * (r.density or 0), r.ragged == 1 and " ragged" or "")
+      local key = string.format("%sH%s %.0f%%%s%s", pair and "" or (r.kernel .. " "), tostring(r.H),
+        100 * (r.density or 0), r.ragged == 1 and " ragged" or "",
+        (r.lists and r.lists ~= "random") and (" " .. r.lists) or "")
       local s = groups[g][key]
       if not s then s = {name = key, points = {}}; groups[g][key] = s end
       s.points[#s.points + 1] = {r.S, r.ratio, r.verdict}
@@ -130,9 +134,9 @@ function M.render(db, a, b, opts)
   end
   if #order == 0 then o[#o + 1] = '<div class="note">No point is timed on both sides.</div>' end
   -- Per point: medians, ratio and verdict; then the errors side by side.
-  local t1 = {'<div class="scroll"><table style="white-space:nowrap"><tr><th class="l">experiment · kernel</th><th>B·H</th><th>S</th><th>density</th><th class="l">mode</th>'
+  local t1 = {'<div class="scroll"><table style="white-space:nowrap"><tr><th class="l">experiment · kernel</th><th>B·H</th><th>S</th><th>density</th><th class="l">lists</th><th class="l">mode</th>'
     .. '<th>A ms</th><th>B ms</th><th>B/A</th><th class="l">verdict</th><th class="l">flags</th></tr>'}
-  local t2 = {'<h3>Errors against the fp64 oracle, side by side (rel L2)</h3><div class="scroll"><table style="white-space:nowrap"><tr><th class="l">experiment · kernel</th><th>B·H</th><th>S</th><th>density</th>'
+  local t2 = {'<h3>Errors against the fp64 oracle, side by side (rel L2)</h3><div class="scroll"><table style="white-space:nowrap"><tr><th class="l">experiment · kernel</th><th>B·H</th><th>S</th><th>density</th><th class="l">lists</th>'
     .. '<th>dq A</th><th>dq B</th><th>dk A</th><th>dk B</th><th>dv A</th><th>dv B</th><th>check A</th><th>check B</th></tr>'}
   local function err(r, name)
     local e = r and r.errors and r.errors[name]
@@ -143,14 +147,14 @@ function M.render(db, a, b, opts)
     if not r or r.passed == nil then return "<td></td>" end
     return r.passed == 1 and '<td class="pass">pass</td>' or '<td class="fail">FAIL</td>'
   end
-  -- Matched points by experiment, kernel, heads, density, then tokens; the
-  -- points of one side only last (compare's order).
+  -- Matched points by experiment, kernel, heads, density, list kind, then
+  -- tokens; the points of one side only last (compare's order).
   local shown = {}
   for i, r in ipairs(rows) do shown[i] = r end
   local function rank(r) return (r.verdict == "ONLY A" or r.verdict == "ONLY B") and 1 or 0 end
   table.sort(shown, function(x, y)
     if rank(x) ~= rank(y) then return rank(x) < rank(y) end
-    for _, k in ipairs{"experiment", "kernel", "H", "density", "ragged", "mode", "B", "S"} do
+    for _, k in ipairs{"experiment", "kernel", "H", "density", "lists", "ragged", "mode", "B", "S"} do
       local u, v = x[k], y[k]
       if u ~= v then
         if type(u) == type(v) and (type(u) == "number" or type(u) == "string") then return u < v end
@@ -165,8 +169,9 @@ function M.render(db, a, b, opts)
     local bad_flags = (r.flags or ""):gsub("THROTTLED [AB]", ""):gsub("[, ]", "") ~= ""
     local vcls = (r.verdict == "SLOW" or bad_flags) and "fail" or (r.verdict == "FAST" and "pass" or "")
     local kernel = pair and b.kernel or r.kernel
-    local head = string.format('<tr><td class="l">%s · %s</td><td>%s·%s</td><td>%s</td><td>%s</td>',
-      esc(r.experiment), esc(kernel), num(r.B, "%d"), num(r.H, "%d"), num(r.S, "%d"), num(r.density, "%.3f"))
+    local head = string.format('<tr><td class="l">%s · %s</td><td>%s·%s</td><td>%s</td><td>%s</td><td class="l">%s</td>',
+      esc(r.experiment), esc(kernel), num(r.B, "%d"), num(r.H, "%d"), num(r.S, "%d"), num(r.density, "%.3f"),
+      esc(r.lists or "random"))
     t1[#t1 + 1] = head .. string.format('<td class="l">%s</td><td>%s</td><td>%s</td><td>%s</td><td class="l %s">%s</td><td class="l %s">%s</td></tr>',
       esc(r.mode or ""), num(r.a_ms, "%.4f"), num(r.b_ms, "%.4f"), num(r.ratio, "%.3f"), vcls, esc(r.verdict),
       bad_flags and "fail" or "", esc(r.flags or ""))

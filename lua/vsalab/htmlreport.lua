@@ -119,8 +119,10 @@ table.rows td,table.rows th{white-space:nowrap;padding:2px 5px;font-size:11.5px}
 ]]
 
 -- The HTML text for runs (ids) of db; lead: an HTML fragment put first
--- (the comparison view of `report A B`, lua/vsalab/htmlcompare.lua).
-function M.render(db, ids, lead)
+-- (the comparison view of `report A B`, lua/vsalab/htmlcompare.lua);
+-- kernels: {[id] = {names...}} for runs named only as RUN:KERNEL, whose
+-- sections then show those kernels' rows.
+function M.render(db, ids, lead, kernels)
   local o = {"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>vsalab report</title><style>", css, "</style></head><body>"}
   o[#o + 1] = string.format("<h1>vsalab report</h1><div class=\"muted\">run%s %s · generated %s · vsalab %s</div>",
     #ids > 1 and "s" or "",
@@ -131,7 +133,18 @@ function M.render(db, ids, lead)
     -- The shards of one sweep are one logical run (lua/vsalab/shard.lua).
     local members = shard.members(db, id)
     local in_members = "run_id IN " .. shard.in_list(members)
+    local only = kernels and kernels[id]
+    local of_rows = in_members
+    if only then
+      local q = {}
+      for i, k in ipairs(only) do q[i] = "'" .. tostring(k):gsub("'", "''") .. "'" end
+      of_rows = in_members .. " AND kernel IN (" .. table.concat(q, ", ") .. ")"
+    end
     o[#o + 1] = string.format("<h2>Run %d — %s</h2>", id, esc(run.script or "(no script)"))
+    if only then
+      o[#o + 1] = string.format('<div class="muted">kernel%s %s only (RUN:KERNEL)</div>',
+        #only > 1 and "s" or "", esc(table.concat(only, ", ")))
+    end
     if #members > 1 then
       o[#o + 1] = string.format('<div class="muted">sweep %s: runs %s, one logical run</div>',
         esc(run.sweep_id), esc(table.concat(members, ", ")))
@@ -147,7 +160,7 @@ function M.render(db, ids, lead)
     local compare = require "vsalab.compare"
     local rows = db:q("SELECT *, " .. compare.lists_sql .. [[ AS lists,
       CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing
-      FROM result_summary WHERE ]] .. in_members .. [[ ORDER BY experiment, kernel, H, density, Sq]])
+      FROM result_summary WHERE ]] .. of_rows .. [[ ORDER BY experiment, kernel, H, density, Sq]])
     -- One chart per experiment, against the axis its points vary along:
     -- tokens (log2) when Sq varies, else density, else heads (a sweep of
     -- densities at one token count would otherwise draw one dot).
@@ -227,7 +240,7 @@ function M.render(db, ids, lead)
     end
     -- Worst error per output per kernel.
     local errs = db:q([[SELECT r.kernel, e.output, max(e.rel_l2) AS worst, sum(e.passed = 0) AS failed, count(*) AS n
-      FROM result r JOIN result_error e ON e.result_id = r.id WHERE r.]] .. in_members .. [[
+      FROM result r JOIN result_error e ON e.result_id = r.id WHERE r.]] .. of_rows .. [[
       GROUP BY r.kernel, e.output ORDER BY r.kernel, e.output]])
     if #errs > 0 then
       o[#o + 1] = "<h2>Errors against the fp64 oracle</h2><table><tr><th class=\"l\">kernel</th><th class=\"l\">output</th><th>worst rel L2</th><th>checks</th><th>failed</th></tr>"
@@ -295,15 +308,23 @@ function M.main(argv)
     refs = {r and tostring(r.id) or "latest"}
   end
   -- RUN or RUN:KERNEL; two of them add the comparison view.
-  local ids, sides, seen = {}, {}, {}
+  -- A run named only as RUN:KERNEL shows those kernels' rows (report 7:mine).
+  local ids, sides, seen, kernels = {}, {}, {}, {}
   for _, ref in ipairs(refs) do
     local okr, side = pcall(require("vsalab.compare").resolve_side, db, ref)
     if not okr then db:close(); io.stderr:write("vsalab report: ", tostring(side), "\n"); return 2 end
     sides[#sides + 1] = side
     if not seen[side.run] then seen[side.run] = true; ids[#ids + 1] = side.run end
+    if not side.kernel then
+      kernels[side.run] = false
+    elseif kernels[side.run] ~= false then
+      kernels[side.run] = kernels[side.run] or {}
+      table.insert(kernels[side.run], side.kernel)
+    end
   end
+  for id, k in pairs(kernels) do if not k then kernels[id] = nil end end
   local two = #sides == 2 and sides[1].label ~= sides[2].label
-  local html = M.render(db, ids, two and require("vsalab.htmlcompare").render(db, sides[1], sides[2]) or nil)
+  local html = M.render(db, ids, two and require("vsalab.htmlcompare").render(db, sides[1], sides[2]) or nil, kernels)
   db:close()
   -- Never write the report over a database, a WAL or a journal: an
   -- existing file is replaced only when it is empty or an earlier HTML

@@ -67,10 +67,13 @@ M.report = require "vsalab.report"
 M.json = require "vsalab.json"
 M.sweep = require "vsalab.sweep"
 
--- Lazily loaded: the case runner is only needed by tests.
-setmetatable(M, {__complete = {"cases"}, __index = function(t, k)
-  if k == "cases" then
-    local c = require "vsalab.cases"
+-- Lazily loaded: the case runner is only needed by tests; the experiment
+-- flow (vsalab.experiment.run, as README.md names it) by scripts that
+-- sweep, and it requires modules that read vsalab.context.
+local lazy = {cases = "vsalab.cases", experiment = "vsalab.experiment"}
+setmetatable(M, {__complete = {"cases", "experiment"}, __index = function(t, k)
+  if lazy[k] then
+    local c = require(lazy[k])
     rawset(t, k, c)
     return c
   end

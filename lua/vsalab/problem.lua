@@ -85,6 +85,7 @@ for _, k in ipairs(M.fields) do known[k] = true end
 
 function M.build(s)
   if type(s) ~= "table" then error("problem.build: expected a table of fields", 2) end
+  require("vsalab.run").check_stop("problem.build")
   -- A misspelt field (ragegd=true) would build another problem unseen.
   for k in pairs(s) do
     if not known[k] then

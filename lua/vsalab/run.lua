@@ -22,6 +22,21 @@ local function context()
   return (v and v.context) or {}
 end
 
+-- vsalab run --check of a script that is not an experiment (no
+-- experiment.run to plan its points): its arguments were read by the time
+-- it builds a problem, times something or logs a row, so it stops there,
+-- exit 0. Run whole it would measure where slurm-sweep.sh checks it (the
+-- login node) and write a run into that directory's results.db.
+function M.check_stop(what)
+  local ctx = context()
+  if not ctx.check then return end
+  local name = (tostring(ctx.script or "script"):match("([^/]+)$") or "script"):gsub("%.lua$", "")
+  io.stderr:write(name, ": --check: the arguments check out (stopped at its first ", what,
+    "); nothing was run\n")
+  io.stderr:flush()
+  os.exit(0)
+end
+
 -- Under `vsalab run --devices` this process is a worker of a coordinator
 -- (lua/vsalab/devices.lua), which set VSALAB_WORKER_FD (its socket),
 -- VSALAB_WORKER_RUN (the run row it began) and VSALAB_WORKER_GPU,
@@ -130,7 +145,10 @@ function M.adopt_resume()
   local ok, r = pcall(resume_id, db, ctx.resume, path)
   if ok then
     ctx.resume = r
-    ok, r = pcall(db.q, db, [[SELECT id, script, seed, args, status, pid, host,
+    -- (sweep columns since schema 3; an older file read as it is lacks them)
+    local sweeps = require("vsalab.shard").has_sweeps(db)
+      and "sweep_id, shard_index, shard_count" or "NULL AS sweep_id"
+    ok, r = pcall(db.q, db, [[SELECT id, script, seed, args, status, pid, host, ]] .. sweeps .. [[,
       json_extract(context, '$.timing') AS timing FROM run WHERE id = ?]], ctx.resume)
   end
   db:close()
@@ -170,6 +188,25 @@ function M.adopt_resume()
       r.id, r.timing or "hot (the default)", ctx.timing), 0)
   end
   ctx.timing = ctx.timing or r.timing
+  -- A shard's run holds its slice only: resumed with another slice (or
+  -- none) it took the other shards' points too, which the merge then holds
+  -- twice in one logical run. Its slice is taken over like its seed.
+  local here = ctx.shard
+  if r.shard_count then
+    local theirs = string.format("%d/%d", r.shard_index, r.shard_count)
+    if here and (here.index ~= r.shard_index or here.count ~= r.shard_count) then
+      error(string.format("--resume: run %d is shard %s of sweep '%s', not %d/%d (leave --shard out to take the run's)",
+        r.id, theirs, tostring(r.sweep_id), here.index, here.count), 0)
+    end
+    ctx.shard = {index = r.shard_index, count = r.shard_count}
+  elseif here then
+    error(string.format("--resume: run %d is not a shard: resume it without --shard", r.id), 0)
+  end
+  if ctx.sweep_id and ctx.sweep_id ~= r.sweep_id then
+    error(string.format("--resume: run %d belongs to sweep %s, not '%s' (leave --sweep-id out to take the run's)",
+      r.id, r.sweep_id and ("'" .. r.sweep_id .. "'") or "none", ctx.sweep_id), 0)
+  end
+  ctx.sweep_id = ctx.sweep_id or r.sweep_id
 end
 
 -- The run of this process: begun on first use (extra: run columns to set
@@ -181,6 +218,7 @@ function M.current(extra)
     if not state.id then pcall(state.db.close, state.db); state = nil end
   end
   if state then return state end
+  M.check_stop("vsalab.log or vsalab.run")
   -- A finalizer run when the state closes (or code after run_finish)
   -- would begin a second run row that nothing ever closes.
   if closed then error("vsalab.log: this invocation's run is already closed", 0) end

@@ -31,6 +31,14 @@ describe("experiment arguments", function()
     assert.is_nil(io.open(dir .. "/a.db"))
   end)
 
+  it("refuses two list kinds that are one once named canonically (each point would be measured twice)", function()
+    refused("smoke.lua -a lists=[vsa:2,vsa:2.0]",
+      "argument 'lists': 'vsa:2' and 'vsa:2.0' are one list kind, so the sweep would measure its points twice")
+    refused("smoke.lua -a lists=[random,vsa:0,vsa:0.0]", "'vsa:0' and 'vsa:0.0' are one list kind")
+    local rc, _, err = H.vsalab("run --check --db " .. dir .. "/a.db " .. exp .. "smoke.lua -a lists=[random,vsa:2]")
+    assert.equal(0, rc, err)
+  end)
+
   it("says an axis given as key=value wants -a, and names a bad -a flag or an -a without values", function()
     refused("wan720p.lua H=40", "argument 'H': H is an axis of the sweep: give it as -a H=40")
     refused("seed_sweep.lua density=0.1", "argument 'density': density is an axis of the sweep: give it as -a density=0.1")

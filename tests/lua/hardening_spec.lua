@@ -1085,3 +1085,133 @@ describe("a new user's findings: report's last line", function()
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("a kernel engineer's findings: run --check of a script that is not an experiment", function()
+  it("stops at its first problem.build, vsalab.bench or logged row: nothing measured, no DB", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/c.db"
+    -- A sweep written from the Lua API alone: its own loop, no experiment.run.
+    local head = [[
+local sw = vsalab.sweep.new{axes = {{"density", {0.25, 0.5}}}, fixed = {H = 1, D = 64, Sq = 256}}
+local a = require("vsalab.experiment").args(sw:override(arg), {reps = 2})
+]]
+    local bodies = {
+      ["problem.build"] = [[for _, pt in ipairs(sw:points()) do
+  local p = vsalab.problem.build{H = pt.H, Sq = pt.Sq, D = pt.D, density = pt.density, seed = 1, device = "cpu"}
+  vsalab.log{experiment = "mine", kernel = "reference", density = p.density}
+end]],
+      ["vsalab.bench"] = [[vsalab.bench(function() end, {repeats = a.reps})
+vsalab.log{experiment = "mine", kernel = "x"}]],
+      ["vsalab.log or vsalab.run"] = [[vsalab.log{experiment = "mine", kernel = "x"}]],
+    }
+    for what, body in pairs(bodies) do
+      local script = dir .. "/mine.lua"
+      H.write(script, head .. body .. "\n")
+      local rc, _, err = H.vsalab("run --check --db " .. db .. " " .. script)
+      assert.equal(0, rc, err)
+      assert.truthy(err:find("mine: --check: the arguments check out (stopped at its first " .. what
+        .. "); nothing was run", 1, true), err)
+      assert.is_nil(io.open(db), what) -- no run row, no DB
+      -- Its arguments are still checked first, and it runs as usual without --check.
+      rc, _, err = H.vsalab("run --check --db " .. db .. " " .. script .. " -a foo=1")
+      assert.equal(2, rc, err)
+      assert.truthy(err:find("sweep: no axis 'foo'", 1, true), err)
+      rc, _, err = H.vsalab("run --db " .. db .. " " .. script)
+      assert.equal(0, rc, err)
+      assert.truthy(io.open(db), what)
+      os.remove(db)
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a kernel engineer's findings: the API paths README.md names", function()
+  it("resolve in a script: vsalab.experiment.run, vsalab.X.Y", function()
+    local f = assert(io.open(H.root .. "/README.md"))
+    local text = f:read("*a")
+    f:close()
+    local seen, n = {}, 0
+    for path in text:gmatch("`(vsalab%.[%w_]+%.[%w_]+)") do
+      if not seen[path] then
+        seen[path] = true
+        n = n + 1
+        local mod, field = path:match("^vsalab%.([%w_]+)%.([%w_]+)$")
+        local t = vsalab[mod]
+        assert.equal("table", type(t), path .. ": vsalab." .. mod .. " is a " .. type(t))
+        assert.is_not_nil(t[field], path)
+      end
+    end
+    assert.truthy(seen["vsalab.experiment.run"] and n >= 10, n)
+    assert.equal("function", type(vsalab.experiment.args))
+  end)
+end)
+
+describe("a kernel engineer's findings: --resume of a shard", function()
+  it("keeps the shard's slice: another --shard or --sweep-id is refused, none takes the run's", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/s.db"
+    local exp = H.root .. "/experiments/smoke.lua"
+    local rc, _, err = H.vsalab("run --db " .. db .. " --shard 0/2 --sweep-id X " .. exp)
+    assert.equal(0, rc, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT count(*) AS n FROM result")[1].n
+    d:close()
+    for _, c in ipairs{
+      {"--shard 1/2 --sweep-id X", "--resume: run 1 is shard 0/2 of sweep 'X', not 1/2"},
+      {"--shard 0/3", "not 0/3 (leave --shard out to take the run's)"},
+      {"--shard 0/2 --sweep-id Y", "--resume: run 1 belongs to sweep 'X', not 'Y'"},
+    } do
+      rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. c[1] .. " " .. exp)
+      assert.equal(2, rc, c[1] .. ": " .. err)
+      assert.truthy(err:find(c[2], 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    -- Left out, the run's slice: nothing new to measure, no other shard's points.
+    for _, flags in ipairs{"", "--shard 0/2 --sweep-id X"} do
+      rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. flags .. " " .. exp)
+      assert.equal(0, rc, err)
+    end
+    d = vsalab.db_open(db, {readonly = true})
+    assert.equal(rows, d:q("SELECT count(*) AS n FROM result")[1].n)
+    d:close()
+    -- A run that is not a shard resumes whole.
+    rc, _, err = H.vsalab("run --db " .. dir .. "/w.db " .. exp)
+    assert.equal(0, rc, err)
+    rc, _, err = H.vsalab("run --db " .. dir .. "/w.db --resume 1 --shard 0/2 " .. exp)
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("--resume: run 1 is not a shard: resume it without --shard", 1, true), err)
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a kernel engineer's findings: RUN:KERNEL names a shard's logical run", function()
+  it("finds the kernel in any shard's rows, as a plain RUN does (a shard's slice may be empty)", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/m.db"
+    local d = vsalab.db_open(db)
+    local function row(id, ms)
+      d:log{run_id = id, experiment = "e", kernel = "mine", B = 1, H = 2, Sq = 256, Skv = 256, D = 64,
+        block = 64, density = 0.5, topk = 2, ragged = 0, ms_median = ms, ms_min = ms, ms_max = ms,
+        samples = 3, mode = "hot", passed = 1}
+    end
+    -- Shard 0 measured nothing (its slice was empty); shard 1 the point.
+    local s0 = d:begin_run{script = "e.lua", args = "[]", seed = 1, sweep_id = "S", shard_index = 0, shard_count = 2}
+    d:end_run(s0, "finished")
+    local s1 = d:begin_run{script = "e.lua", args = "[]", seed = 1, sweep_id = "S", shard_index = 1, shard_count = 2}
+    row(s1, 1.0)
+    d:end_run(s1, "finished")
+    local other = d:begin_run{script = "e.lua", args = "[]", seed = 1}
+    row(other, 1.0)
+    d:end_run(other, "finished")
+    d:close()
+    local rc, out, err = H.vsalab("compare --db " .. db .. " " .. s0 .. ":mine " .. other .. ":mine")
+    assert.equal(0, rc, err)
+    assert.truthy(out:find("SAME 1", 1, true), out)
+    rc, _, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/r.html " .. s0 .. ":mine")
+    assert.equal(0, rc, err)
+    rc, _, err = H.vsalab("compare --db " .. db .. " " .. s0 .. ":nope " .. other .. ":mine")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("has no rows of kernel 'nope' (its kernels: mine)", 1, true), err)
+    os.execute("rm -rf " .. dir)
+  end)
+end)

@@ -87,6 +87,31 @@ describe("vsalab report A B", function()
     assert.falsy(html2:find("host clock", 1, true))
   end)
 
+  it("tells apart points that differ only in list kind, as compare does", function()
+    local db2 = vsalab.db_open(path)
+    local id = db2:begin_run{script = "mine"}
+    for _, k in ipairs{"reference", "mine"} do
+      for _, lists in ipairs{"random", "vsa:2"} do
+        local ms = (k == "mine" and 0.5 or 1) * (lists == "random" and 80 or 110)
+        local point = lists == "random" and "{}" or '{"point":{"lists":"vsa:2"}}'
+        db2:log{run_id = id, experiment = "mine", kernel = k, B = 1, H = 2, Sq = 768, Skv = 768,
+          D = 64, block = 64, density = 0.25, topk = 3, ragged = 0, ms_median = ms, ms_min = ms,
+          ms_max = ms, samples = 3, mode = "hot", passed = 1, extra = point}
+      end
+    end
+    db2:end_run(id, "finished")
+    db2:close()
+    local rc, html, msg = report(id .. ":reference " .. id .. ":mine")
+    assert.equal(0, rc, msg)
+    -- Both tables carry the list kind; the chart has a series per kind.
+    html = html:sub(1, (html:find("<h2>Run ", 1, true))) -- the comparison view alone
+    local _, vsa = html:gsub('<td class="l">vsa:2</td>', "")
+    local _, random = html:gsub('<td class="l">random</td>', "")
+    assert.equal(2, vsa, html)
+    assert.equal(2, random, html)
+    assert.truthy(html:find("H2 25% vsa:2", 1, true), html)
+  end)
+
   it("renders in headless Chromium to a picture that is not blank", function()
     assert.equal(0, (report(a .. ":sm90a " .. a .. ":triton")))
     local rc = H.sh("timeout 90 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars " ..

@@ -23,6 +23,26 @@ describe("vsalab report", function()
     assert.equal(2, (H.vsalab("report --db " .. db .. " 99")))
   end)
 
+  it("shows only the kernel a RUN:KERNEL side names (report 7:mine), every kernel for a plain RUN", function()
+    local function html_of(args)
+      local rc, _, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/k.html " .. args)
+      assert.equal(0, rc, err)
+      local f = assert(io.open(dir .. "/k.html"))
+      local html = f:read("*a")
+      f:close()
+      return html
+    end
+    local only = html_of("latest:reference")
+    assert.truthy(only:find("kernel reference only (RUN:KERNEL)", 1, true))
+    assert.falsy(only:find('<td class="l">invert</td>', 1, true), "invert rows shown for latest:reference")
+    assert.truthy(only:find('<td class="l">reference</td>', 1, true))
+    local all = html_of("latest")
+    assert.truthy(all:find('<td class="l">invert</td>', 1, true))
+    assert.falsy(all:find("only (RUN:KERNEL)", 1, true))
+    -- Named both ways, the run shows everything.
+    assert.truthy(html_of("latest latest:reference"):find('<td class="l">invert</td>', 1, true))
+  end)
+
   it("marks rows timed under a power or thermal limit", function()
     os.execute("cp " .. db .. " " .. dir .. "/thr.db")
     local w = vsalab.db_open(dir .. "/thr.db")

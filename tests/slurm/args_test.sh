@@ -46,6 +46,7 @@ expect_usage "unknown option -x" -x "$smoke"
 expect_usage "--seed needs a value" --seed
 expect_usage "--out needs a value" --out --shards 2 "$smoke"
 expect_usage "--shards needs a value" "--shards"
+expect_usage "--sbatch expects an sbatch option such as --partition=gpu, got '$smoke'" --sbatch "$smoke"
 expect_usage "--seed expects an integer in [0, 2^48), got 'abc'" --seed abc "$smoke"
 expect_usage "--timing expects hot, cold, graph or sustained, got 'warm'" --timing warm "$smoke"
 expect_usage "--shards expects a count" --shards 0 "$smoke"
