@@ -208,7 +208,8 @@ function M.render(db, ids, lead)
       table.sort(series, function(a, b)
         if a.kernel ~= b.kernel then return a.kernel < b.kernel end
         if a.density ~= b.density then return a.density < b.density end
-        return a.lists < b.lists
+        -- extra.point.lists is free JSON: a number in a hand-made row.
+        return tostring(a.lists) < tostring(b.lists)
       end)
       for i, s in ipairs(series) do s.color = palette[(i - 1) % #palette + 1] end
       local axis

@@ -14,13 +14,13 @@ describe("vsalab report on hostile rows", function()
   -- A copy of db with sql applied (CHECK constraints off, as a hand-made
   -- file could have them).
   local n = 0
-  local function hostile(sql)
+  local function hostile(...)
     n = n + 1
     local path = string.format("%s/h%d.db", dir, n)
     os.execute("cp " .. db .. " " .. path)
     local w = vsalab.db_open(path)
     w:q("PRAGMA ignore_check_constraints = ON")
-    w:q(sql)
+    for _, sql in ipairs{...} do w:q(sql) end
     w:close()
     return path
   end
@@ -53,5 +53,13 @@ describe("vsalab report on hostile rows", function()
         .. " WHERE kernel = 'reference' AND density = 0.25"), "1 2")
       assert.truthy(html:find("Comparison", 1, true), v)
     end
+  end)
+
+  it("orders the legend when a row's list kind is not a string", function()
+    -- extra.point.lists is free JSON: a number beside 'random' in one chart.
+    local html = report(hostile([[UPDATE result SET extra = json_set(extra, '$.point.lists', 5)
+      WHERE run_id = 2 AND kernel = 'reference' AND density = 0.25]],
+      [[UPDATE result SET density = 0.25 WHERE run_id = 2 AND kernel = 'reference' AND density = 0.5 AND ragged = 0]]), "1 2")
+    assert.truthy(html:find("reference 5<"), "no series for lists = 5")
   end)
 end)
