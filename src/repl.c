@@ -234,8 +234,13 @@ print_results(lua_State *L, int base)
     lua_getglobal(L, "print");
   }
   lua_insert(L, base + 1);
-  if (lua_pcall(L, n, 0, 0) != 0) {
-    fprintf(stderr, "error printing results: %s\n", lua_tostring(L, -1));
+  /* Under the host's handlers, as the statement was: a __tostring that
+   * loops, or a long table of rows, must stop at Ctrl-C with the prompt
+   * back, not die of SIGINT's default action (its run left 'running'). */
+  if (vsa_host_docall(L, n, 0) != 0) {
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "error printing results: %s\n", msg ? msg : "(error object is not a string)");
+    fflush(stderr);
     lua_pop(L, 1);
   }
 }
