@@ -202,4 +202,28 @@ describe("vsalab repl", function()
     d:close()
     assert.equal("finished", status)
   end)
+
+  it("stops a Tab lookup that loops at Ctrl-C without leaving its frames behind", function()
+    -- The prompt's Ctrl-C jumped out of the lookup's Lua call: every such
+    -- jump left a dead call on the Lua stack (and a C frame pointer into
+    -- the abandoned C stack) under every later statement.
+    tmux(string.format("new-session -d -s t -x 160 -y 30 'HOME=%s %s repl'", dir, H.exe))
+    wait_for("Ctrl-D leaves", "t")
+    type_line("depth = function() local n = 0 while debug.getinfo(n + 1) do n = n + 1 end return 'depth ' .. n end", "t")
+    type_line("'before ' .. depth()", "t")
+    wait_for("before depth", "t")
+    local before = screen("t"):match("before (depth %d+)")
+    type_line("t = setmetatable({}, {__index = function() n = (n or 0) + 1 io.write('look' .. 'ing ' .. n .. '\\n') io.flush() while true do end end})", "t")
+    for i = 1, 2 do
+      tmux("send-keys -t t -l 't.foo.b'")
+      tmux("send-keys -t t Tab")
+      wait_for("looking " .. i, "t")
+      tmux("send-keys -t t C-c")
+      drop_line("t")
+    end
+    type_line("'after ' .. depth()", "t")
+    wait_for("after depth", "t")
+    assert.equal(before, screen("t"):match("after (depth %d+)"))
+    tmux("send-keys -t t C-d")
+  end)
 end)
