@@ -379,7 +379,7 @@ function M.run(e)
     return string.format(", ETA %dm%02ds", math.floor(left / 60), math.floor(left % 60))
   end
   -- --resume: what the run already holds, per point hash and kernel.
-  e.measured = run.measured()
+  e.measured = run.measured(e.name)
   -- The bf16 GEMM ceiling in this run, so every figure has its % of it.
   if device ~= "cpu" and e.gemm ~= false and not (e.measured.gemm and e.measured.gemm.gemm_bf16) then
     local ok, g = pcall(core.gemm_ceiling)

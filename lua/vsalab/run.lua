@@ -251,12 +251,15 @@ function M.current(extra)
 end
 
 -- {[point_hash] = {[kernel] = true}} of the rows the current run already
--- holds (empty for a new run): what --resume skips.
-function M.measured()
+-- holds (empty for a new run): what --resume skips. experiment: that
+-- experiment's rows only (a script that runs two experiments over the same
+-- points has the same hashes in both: the second's were taken as done).
+function M.measured(experiment)
   local r = M.current()
   local done = {}
   if not r.resumed then return done end
-  for _, row in ipairs(r.db:q("SELECT point_hash, kernel FROM result WHERE run_id = ? AND point_hash IS NOT NULL", r.id)) do
+  for _, row in ipairs(r.db:q([[SELECT point_hash, kernel FROM result WHERE run_id = ?1
+      AND point_hash IS NOT NULL AND (?2 IS NULL OR experiment = ?2)]], r.id, experiment)) do
     done[row.point_hash] = done[row.point_hash] or {}
     done[row.point_hash][row.kernel] = true
   end

@@ -294,6 +294,30 @@ describe("resume and point timeout", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("--resume measures a second experiment of one script over the same points", function()
+    -- Its points have the first's hashes: a resume took them as measured,
+    -- logged nothing for them and ended the run 'finished'.
+    local dir = H.tmpdir()
+    H.write(dir .. "/two.lua", [[
+      local exp = require "vsalab.experiment"
+      local sweep = require "vsalab.sweep"
+      local function sw() return sweep.new{axes = {{"density", {0.5}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}} end
+      exp.run{name = "first", device = "cpu", sweep = sw(), check = "full", seed = 1}
+      if os.getenv("VSALAB_TEST_FAIL") then error("stopped between the experiments") end
+      exp.run{name = "second", device = "cpu", sweep = sw(), check = "full", seed = 1}
+    ]])
+    local db = dir .. "/r.db"
+    assert.equal(1, (H.sh("VSALAB_TEST_FAIL=1 " .. H.exe .. " run --db " .. db .. " " .. dir .. "/two.lua")))
+    local rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/two.lua")
+    assert(rc == 0, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT experiment, count(*) AS n FROM result GROUP BY experiment ORDER BY experiment")
+    rows.columns = nil
+    d:close()
+    assert.same({{experiment = "first", n = 2}, {experiment = "second", n = 2}}, rows)
+    os.execute("rm -rf " .. dir)
+  end)
+
   it("--resume takes the run's seed and timing and refuses other settings", function()
     local dir = H.tmpdir()
     write_sweep(dir .. "/seeds.lua", "seeds", "{0.5, 1.0}", "seed = vsalab.context.seed")
