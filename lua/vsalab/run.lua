@@ -239,6 +239,26 @@ function M.current(extra)
   else
     local env = M.environment()
     for k, v in pairs(extra or {}) do env[k] = v or nil end
+    -- A sweep id this DB already holds (--sweep-id reused for another
+    -- sweep, a slice measured twice): the runs would read as one logical
+    -- run (`runs` said "shards 4/3"), as merge refuses them.
+    if env.sweep_id and require("vsalab.shard").has_sweeps(db) then
+      local name = function(p) return tostring(p or ""):match("[^/]*$") end
+      for _, o in ipairs(db:q([[SELECT id, script, seed, args, shard_count, shard_index FROM run
+          WHERE sweep_id = ? ORDER BY id]], env.sweep_id)) do
+        local why = require("vsalab.shard").conflict(o, env)
+        if not why and name(o.script) ~= name(env.script) then
+          why = string.format("script %s, not %s", name(env.script), name(o.script))
+        end
+        if why then
+          db:close()
+          require("vsalab.usage").error(string.format("sweep %s: %s already holds run %d of it, and this "
+            .. "run would have %s: a sweep's shards are measured alike, one run per slice (give another "
+            .. "--sweep-id or --db%s)", env.sweep_id, path, o.id, why,
+            why:find("one slice", 1, true) and string.format("; --resume %d finishes that slice", o.id) or ""))
+        end
+      end
+    end
     -- A signal's hook can fire as begin_run returns, after its commit and
     -- before `id` is set: finish() then asks db:run_id() for the row.
     state = {db = db, path = path, resumed = false}
