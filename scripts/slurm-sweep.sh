@@ -99,7 +99,13 @@ out=$(abs "$out")
 plain='^[A-Za-z0-9._/+:@,=~-]+$'
 [[ "$out" =~ $plain ]] || die "--out expects a path of letters, digits and ._/+:@,=~- (the batch scripts carry it), got '$out'"
 [[ "$PWD" =~ $plain ]] || die "run it from a directory whose path has only letters, digits and ._/+:@,=~- (the batch scripts chdir there), not '$PWD'"
-[ -n "$name" ] || name="vsalab-$(basename "$script" .lua)"
+# The default job name comes from the script's file name, and goes into an
+# #SBATCH line: a newline there would end the #SBATCH block and run the
+# rest as a command in every task; a space would split the name.
+if [ -z "$name" ]; then
+  base=$(basename -- "$script" .lua)
+  name="vsalab-${base//[^A-Za-z0-9._+-]/_}"
+fi
 
 # Words quoted for bash, so script arguments survive the batch script.
 q() { local a; for a in "$@"; do printf '%q ' "$a"; done; }
