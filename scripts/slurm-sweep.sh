@@ -177,6 +177,10 @@ fi
 command -v sbatch >/dev/null || die "sbatch not found: run this on a Slurm login node"
 mkdir -p "$out/logs"
 [ ! -e "$out/merged.db" ] || die "$out/merged.db exists: give another --out"
+# The merge job takes every DIR/shard-*.db: an earlier sweep's left there
+# (its merge failed or was cancelled) would be merged in as well.
+! compgen -G "$out/shard-*.db" >/dev/null ||
+  die "$out holds shard DBs of an earlier sweep ($(cd "$out" && echo shard-*.db)); the merge would take them too: give another --out"
 shard_script "$@" > "$out/shard.sbatch"
 merge_script > "$out/merge.sbatch"
 jid=$(sbatch --parsable ${sbatch_args[@]+"${sbatch_args[@]}"} "$out/shard.sbatch")

@@ -79,6 +79,13 @@ for bad in $'n\ntouch pwned\n.lua' 'a b.lua'; do
     fail "a script named $(printf %q "$bad") gave the job name $(grep -- --job-name "$tmp/named.txt")"
 done
 
+# An --out that holds an earlier sweep's shard DBs: the merge job would
+# merge them in too.
+mkdir -p "$tmp/out"
+: > "$tmp/out/shard-7.db"
+expect_usage "holds shard DBs of an earlier sweep (shard-7.db)" "$smoke"
+rm -f "$tmp/out/shard-7.db"
+
 # A good command line: the array, then the merge job waiting for it.
 rm -f "$SBATCH_LOG"
 out=$("$sweep" --vsalab "$V" --out "$tmp/good" --gres none --seed 5 --timing cold \
