@@ -48,6 +48,31 @@ describe("npy files", function()
     H.write(dir .. "/no.npy", "hello")
     assert.truthy(H.err(vsalab.npy_load, dir .. "/no.npy"):find("not a .npy file", 1, true))
     assert.truthy(H.err(vsalab.npy_load, dir .. "/absent.npy"):find("no file", 1, true))
+    -- A header that claims a huge shape: refused by the shape asked for,
+    -- before anything is allocated (it read "out of host memory", which an
+    -- experiment takes for a point too big to run), and the file is closed
+    -- whatever is raised.
+    local function header(path, shape)
+      local h = "{'descr': '<u2', 'fortran_order': False, 'shape': " .. shape .. ", }"
+      h = h .. string.rep(" ", (64 - (10 + #h + 1) % 64) % 64) .. "\n"
+      H.write(path, "\147NUMPY\1\0" .. string.char(#h % 256, math.floor(#h / 256)) .. h)
+    end
+    header(dir .. "/huge.npy", "(100000, 100000, 100000)")
+    header(dir .. "/wrap.npy", "(4294967296, 4294967296)")
+    local function open_fds()
+      local p = io.popen("ls /proc/" .. vsalab.context.pid .. "/fd | wc -l")
+      local n = tonumber(p:read("*a"))
+      p:close()
+      return n
+    end
+    local fds = open_fds()
+    for _ = 1, 20 do
+      assert.truthy(H.err(vsalab.npy_load, dir .. "/huge.npy", {shape = {2, 3}})
+        :find("huge.npy: expected shape [2,3], got [100000,100000,100000]", 1, true))
+      H.err(vsalab.npy_load, dir .. "/huge.npy")
+      H.err(vsalab.npy_load, dir .. "/wrap.npy")
+    end
+    assert.is_true(open_fds() < fds + 5, "npy_load left files open")
     -- A FIFO (a peer's trick) is refused at once instead of blocking forever.
     assert.equal(0, (H.sh("mkfifo " .. dir .. "/fifo.npy")))
     assert.truthy(H.err(vsalab.npy_load, dir .. "/fifo.npy"):find("not a regular file", 1, true))
