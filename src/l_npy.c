@@ -12,6 +12,7 @@
  *     shape, a different shape is an error naming the file. Fortran order,
  *     big-endian data, a truncated file or a bad header raise naming path.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,8 +272,64 @@ truncated:
   return vsa_lua_errorf(L, "npy_load: '%s' is truncated", path);
 }
 
+/* vsalab.read_regular(path, max [, tail]) -> the text of a regular file,
+ * or nil and why. What an external peer leaves behind is read this way: a
+ * FIFO in a file's place would block the open forever (a signal is not
+ * noticed inside it), and a log of gigabytes would be read whole. At most
+ * max bytes: the last max with tail, else a longer file is refused. */
+static int
+l_read_regular(lua_State *L)
+{
+  const char *path = luaL_checkstring(L, 1);
+  lua_Number maxn = luaL_checknumber(L, 2);
+  int tail = lua_toboolean(L, 3);
+  luaL_argcheck(L, maxn >= 0 && maxn <= 1 << 30, 2, "max must be in [0, 2^30]");
+  size_t max = (size_t)maxn;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "no file '%s'", path);
+    return 2;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    lua_pushnil(L);
+    lua_pushfstring(L, "'%s' is not a regular file", path);
+    return 2;
+  }
+  size_t size = (size_t)st.st_size, want = size;
+  off_t from = 0;
+  if (size > max) {
+    if (!tail) {
+      close(fd);
+      lua_pushnil(L);
+      lua_pushfstring(L, "'%s' is over %d bytes", path, (int)max);
+      return 2;
+    }
+    from = (off_t)(size - max);
+    want = max;
+  }
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  char chunk[8192];
+  size_t got = 0;
+  while (got < want) {
+    size_t n = want - got < sizeof chunk ? want - got : sizeof chunk;
+    ssize_t r = pread(fd, chunk, n, from + (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    luaL_addlstring(&b, chunk, (size_t)r);
+    got += (size_t)r;
+  }
+  close(fd);
+  luaL_pushresult(&b);
+  return 1;
+}
+
 static const luaL_Reg functions[] = {
-    {"npy_save", l_npy_save}, {"npy_load", l_npy_load}, {NULL, NULL}};
+    {"npy_save", l_npy_save}, {"npy_load", l_npy_load}, {"read_regular", l_read_regular},
+    {NULL, NULL}};
 
 void
 vsa_lua_open_npy(lua_State *L)

@@ -191,6 +191,41 @@ describe("external backends", function()
     end
   end)
 
+  it("fail the point, never wait, when a peer leaves FIFOs or a huge log in DIR", function()
+    -- A FIFO as peer.log, timing.json or an output blocked vsalab's open
+    -- forever (deaf to one SIGTERM); a FIFO as the shell's status file
+    -- blocked the shell; a 30 MB line of output went whole into the note.
+    H.write(dir .. "/fifo.sh", [[#!/bin/sh
+d=$1
+case "$FIFO_AT" in
+  peer.log) rm -f "$d/peer.log"; mkfifo "$d/peer.log"; exit 1 ;;
+  status) mkfifo "$d/status"; exit 5 ;;
+  dq.npy) mkfifo "$d/dq.npy"; mkfifo "$d/dk.npy"; mkfifo "$d/dv.npy" ;;
+  timing.json) "$VSALAB" run tests/peers/ref_peer.lua "$d" && rm -f "$d/timing.json" && mkfifo "$d/timing.json" ;;
+  log) head -c 30000000 /dev/zero | tr '\0' x; exit 1 ;;
+esac
+]])
+    for at, want in pairs{["peer.log"] = "peer exited with status 1", status = "peer exited with status 5",
+        ["dq.npy"] = "is not a regular file", ["timing.json"] = "timing.json is not a regular file",
+        log = "peer exited with status 1: ...xxx"} do
+      H.write(dir .. "/fifo.lua", string.format([[
+vsalab.backends.external{name = "fifo", cmd = {"/bin/sh", %q}}
+local exp = require "vsalab.experiment"
+local sweep = require "vsalab.sweep"
+exp.run{name = "fifo", device = "cpu", sweep = sweep.new{axes = {{"density", {0.5}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}},
+  check = "full", seed = 1, kernels = {fifo = true, reference = true}}]], dir .. "/fifo.sh"))
+      local db = dir .. "/fifo-" .. at .. ".db"
+      local rc, _, err = H.sh("FIFO_AT=" .. at .. " VSALAB=" .. H.exe .. " timeout -s KILL 60 " .. H.exe
+        .. " run --db " .. db .. " " .. dir .. "/fifo.lua")
+      assert(rc == 0, at .. ": exit " .. rc .. ": " .. err:sub(-600))
+      local d = vsalab.db_open(db, {readonly = true})
+      local note = d:q("SELECT note FROM result WHERE kernel = 'fifo'")[1].note
+      d:close()
+      assert.truthy(note:find(want, 1, true), at .. ": " .. note:sub(1, 300))
+      assert.is_true(#note < 2200, at .. ": a note of " .. #note .. " bytes")
+    end
+  end)
+
   it("stop a hung peer and everything it started at --point-timeout", function()
     local mark = "vsalab-hung-peer-" .. H.seed()
     H.write(dir .. "/hang.sh", "#!/bin/sh\nsh -c 'sleep 1000' " .. mark .. "\n")
