@@ -105,7 +105,13 @@ out=$(abs "$out")
 plain='^[A-Za-z0-9._/+:@,=~-]+$'
 [[ "$out" =~ $plain ]] || die "--out expects a path of letters, digits and ._/+:@,=~- (the batch scripts carry it), got '$out'"
 [[ "$PWD" =~ $plain ]] || die "run it from a directory whose path has only letters, digits and ._/+:@,=~- (the batch scripts chdir there), not '$PWD'"
-[ -n "$name" ] || name="vsalab-$(basename "$script" .lua)"
+# The default job name comes from the script's file name, and goes into an
+# #SBATCH line: a newline there would end the #SBATCH block and run the
+# rest as a command in every task; a space would split the name.
+if [ -z "$name" ]; then
+  base=$(basename -- "$script" .lua)
+  name="vsalab-${base//[^A-Za-z0-9._+-]/_}"
+fi
 
 # Words quoted for bash, so script arguments survive the batch script.
 q() { local a; for a in "$@"; do printf '%q ' "$a"; done; }
@@ -177,6 +183,10 @@ fi
 command -v sbatch >/dev/null || die "sbatch not found: run this on a Slurm login node"
 mkdir -p "$out/logs"
 [ ! -e "$out/merged.db" ] || die "$out/merged.db exists: give another --out"
+# The merge job takes every DIR/shard-*.db: an earlier sweep's left there
+# (its merge failed or was cancelled) would be merged in as well.
+! compgen -G "$out/shard-*.db" >/dev/null ||
+  die "$out holds shard DBs of an earlier sweep ($(cd "$out" && echo shard-*.db)); the merge would take them too: give another --out"
 shard_script "$@" > "$out/shard.sbatch"
 merge_script > "$out/merge.sbatch"
 jid=$(sbatch --parsable ${sbatch_args[@]+"${sbatch_args[@]}"} "$out/shard.sbatch")

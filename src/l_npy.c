@@ -12,6 +12,7 @@
  *     shape, a different shape is an error naming the file. Fortran order,
  *     big-endian data, a truncated file or a bad header raise naming path.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +90,29 @@ field(const char *hdr, const char *key)
   return p;
 }
 
+/* The open file of npy_load, owned by the Lua stack: a raise (an
+ * allocation the header asks for that fails, a bad option) closes it at
+ * collection instead of leaking a descriptor per call. */
+typedef struct {
+  FILE *f;
+} npy_file;
+
+static int
+npy_file_gc(lua_State *L)
+{
+  npy_file *g = lua_touserdata(L, 1);
+  if (g->f) fclose(g->f);
+  g->f = NULL;
+  return 0;
+}
+
+static void
+npy_file_close(npy_file *g)
+{
+  if (g->f) fclose(g->f);
+  g->f = NULL;
+}
+
 static int
 l_npy_load(lua_State *L)
 {
@@ -104,14 +128,21 @@ l_npy_load(lua_State *L)
     close(fd);
     return vsa_lua_errorf(L, "npy_load: '%s' is not a regular file", path);
   }
-  FILE *f = fdopen(fd, "rb");
+  npy_file *g = lua_newuserdata(L, sizeof *g);
+  g->f = NULL;
+  if (luaL_newmetatable(L, "vsa.NpyFile")) {
+    lua_pushcfunction(L, npy_file_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_setmetatable(L, -2);
+  FILE *f = g->f = fdopen(fd, "rb");
   if (!f) {
     close(fd);
     return vsa_lua_errorf(L, "npy_load: cannot read '%s'", path);
   }
   unsigned char pre[12];
   if (fread(pre, 1, 8, f) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-    fclose(f);
+    npy_file_close(g);
     return vsa_lua_errorf(L, "npy_load: '%s' is not a .npy file", path);
   }
   size_t hl;
@@ -122,11 +153,11 @@ l_npy_load(lua_State *L)
     if (fread(pre + 8, 1, 4, f) != 4) goto truncated;
     hl = pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
   } else {
-    fclose(f);
+    npy_file_close(g);
     return vsa_lua_errorf(L, "npy_load: '%s': unknown .npy version %d", path, pre[6]);
   }
   if (hl > 65536) {
-    fclose(f);
+    npy_file_close(g);
     return vsa_lua_errorf(L, "npy_load: '%s': header of %zu bytes", path, hl);
   }
   char hdr[65537];
@@ -134,11 +165,11 @@ l_npy_load(lua_State *L)
   hdr[hl] = 0;
   const char *d = field(hdr, "descr"), *fo = field(hdr, "fortran_order"), *sh = field(hdr, "shape");
   if (!d || !fo || !sh) {
-    fclose(f);
+    npy_file_close(g);
     return vsa_lua_errorf(L, "npy_load: '%s': bad header %s", path, hdr);
   }
   if (strncmp(fo, "False", 5) != 0) {
-    fclose(f);
+    npy_file_close(g);
     return vsa_lua_errorf(L, "npy_load: '%s' is in Fortran order (save a C-contiguous array)", path);
   }
   vsa_dtype dt;
@@ -149,7 +180,7 @@ l_npy_load(lua_State *L)
   for (i = 0; i < sizeof known / sizeof known[0]; i++)
     if (strncmp(d, known[i].descr, strlen(known[i].descr)) == 0) break;
   if (i == sizeof known / sizeof known[0]) {
-    fclose(f);
+    npy_file_close(g);
     return vsa_lua_errorf(L, "npy_load: '%s': dtype %.12s not taken (little-endian u2 = bf16 "
                              "bits, f4, f8, i4, i8)", path, d);
   }
@@ -158,14 +189,14 @@ l_npy_load(lua_State *L)
   int nd = 0;
   const char *p = sh;
   if (*p++ != '(') {
-    fclose(f);
+    npy_file_close(g);
     return vsa_lua_errorf(L, "npy_load: '%s': bad shape in header", path);
   }
   while (*p && *p != ')') {
     char *end;
     long long v = strtoll(p, &end, 10);
     if (end == p || v < 0 || nd >= VSA_MAX_DIMS) {
-      fclose(f);
+      npy_file_close(g);
       return vsa_lua_errorf(L, "npy_load: '%s': bad shape in header (rank at most %d)", path,
                             VSA_MAX_DIMS);
     }
@@ -174,11 +205,34 @@ l_npy_load(lua_State *L)
     while (*p == ',' || *p == ' ') p++;
   }
   if (nd == 0) shape[nd++] = 1; /* a scalar as [1] */
+  /* The shape asked for, before the header's is allocated: a peer's
+   * header may claim terabytes (that read "out of host memory"). */
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "shape");
+    if (lua_istable(L, -1)) {
+      int want_n = (int)lua_objlen(L, -1), ok = want_n == nd;
+      int64_t want[VSA_MAX_DIMS];
+      for (int k = 0; k < want_n && k < VSA_MAX_DIMS; k++) {
+        lua_rawgeti(L, -1, k + 1);
+        want[k] = (int64_t)lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        ok = ok && want[k] == shape[k];
+      }
+      if (!ok) {
+        npy_file_close(g);
+        char a[128], b[128];
+        vsa_arg_fmt_shape(want, want_n < VSA_MAX_DIMS ? want_n : VSA_MAX_DIMS, a, sizeof a);
+        vsa_arg_fmt_shape(shape, nd, b, sizeof b);
+        return vsa_lua_errorf(L, "%s: expected shape %s, got %s", path, a, b);
+      }
+    }
+    lua_pop(L, 1);
+  }
   vsa_tensor *h = vsa_lua_newtensor(L, dt, VSA_CPU, nd, shape);
   int hidx = lua_gettop(L);
   size_t bytes = (size_t)vsa_tensor_numel(h) * vsa_dtype_size(dt);
   if (bytes && fread(vsa_tensor_data(h), 1, bytes, f) != bytes) goto truncated;
-  fclose(f);
+  npy_file_close(g);
   int dev = VSA_CPU;
   if (lua_istable(L, 2)) {
     lua_getfield(L, 2, "shape");
@@ -214,12 +268,68 @@ l_npy_load(lua_State *L)
   vsa_arg_push_on_device(L, hidx, dev);
   return 1;
 truncated:
-  fclose(f);
+  npy_file_close(g);
   return vsa_lua_errorf(L, "npy_load: '%s' is truncated", path);
 }
 
+/* vsalab.read_regular(path, max [, tail]) -> the text of a regular file,
+ * or nil and why. What an external peer leaves behind is read this way: a
+ * FIFO in a file's place would block the open forever (a signal is not
+ * noticed inside it), and a log of gigabytes would be read whole. At most
+ * max bytes: the last max with tail, else a longer file is refused. */
+static int
+l_read_regular(lua_State *L)
+{
+  const char *path = luaL_checkstring(L, 1);
+  lua_Number maxn = luaL_checknumber(L, 2);
+  int tail = lua_toboolean(L, 3);
+  luaL_argcheck(L, maxn >= 0 && maxn <= 1 << 30, 2, "max must be in [0, 2^30]");
+  size_t max = (size_t)maxn;
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "no file '%s'", path);
+    return 2;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    lua_pushnil(L);
+    lua_pushfstring(L, "'%s' is not a regular file", path);
+    return 2;
+  }
+  size_t size = (size_t)st.st_size, want = size;
+  off_t from = 0;
+  if (size > max) {
+    if (!tail) {
+      close(fd);
+      lua_pushnil(L);
+      lua_pushfstring(L, "'%s' is over %d bytes", path, (int)max);
+      return 2;
+    }
+    from = (off_t)(size - max);
+    want = max;
+  }
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  char chunk[8192];
+  size_t got = 0;
+  while (got < want) {
+    size_t n = want - got < sizeof chunk ? want - got : sizeof chunk;
+    ssize_t r = pread(fd, chunk, n, from + (off_t)got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    luaL_addlstring(&b, chunk, (size_t)r);
+    got += (size_t)r;
+  }
+  close(fd);
+  luaL_pushresult(&b);
+  return 1;
+}
+
 static const luaL_Reg functions[] = {
-    {"npy_save", l_npy_save}, {"npy_load", l_npy_load}, {NULL, NULL}};
+    {"npy_save", l_npy_save}, {"npy_load", l_npy_load}, {"read_regular", l_read_regular},
+    {NULL, NULL}};
 
 void
 vsa_lua_open_npy(lua_State *L)

@@ -233,7 +233,7 @@ parse_options(int argc, char **argv, vsa_host_options *po, int *pi, const char *
       char *end;
       double t = strtod(val, &end);
       if (!*val || *end || !(t > 0 && t < 1e7)) {
-        fprintf(stderr, "vsalab: --point-timeout expects seconds > 0, got '%s'\n", val);
+        fprintf(stderr, "vsalab: --point-timeout expects seconds > 0 and below 1e7 (about 115 days), got '%s'\n", val);
         return 2;
       }
       o.point_timeout = t;

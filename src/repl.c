@@ -25,15 +25,32 @@
 
 static sigjmp_buf prompt_jump;
 static volatile sig_atomic_t at_prompt;
+static volatile sig_atomic_t completing;
 static lua_State *completion_state;
 
 // ----------------------------------------------------------------------------
 // Ctrl-C at the prompt: drop the line
 
+/* Ctrl-C while Tab's lookup runs Lua (an __index that loops or loads a
+ * slow module): raised inside that protected call, as luajit.c does. */
+static void
+completion_stop(lua_State *L, lua_Debug *ar)
+{
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  luaL_error(L, "interrupted!");
+}
+
 static void
 on_prompt_sigint(int sig)
 {
   (void)sig;
+  /* Never jump out of Lua: the state would keep the abandoned call's
+   * frames (and a C frame pointer into the dead stack) forever. */
+  if (completing) {
+    lua_sethook(completion_state, completion_stop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+    return;
+  }
   if (at_prompt) siglongjmp(prompt_jump, 1);
 }
 
@@ -150,7 +167,11 @@ collect(const char *text)
 {
   lua_State *L = completion_state;
   clear_candidates();
-  if (lua_cpcall(L, collect_in, (void *)text) != 0) {
+  completing = 1;
+  int rc = lua_cpcall(L, collect_in, (void *)text);
+  completing = 0;
+  lua_sethook(L, NULL, 0, 0); /* a Ctrl-C that came as the lookup ended */
+  if (rc != 0) {
     lua_pop(L, 1);
     clear_candidates();
   }
@@ -234,8 +255,13 @@ print_results(lua_State *L, int base)
     lua_getglobal(L, "print");
   }
   lua_insert(L, base + 1);
-  if (lua_pcall(L, n, 0, 0) != 0) {
-    fprintf(stderr, "error printing results: %s\n", lua_tostring(L, -1));
+  /* Under the host's handlers, as the statement was: a __tostring that
+   * loops, or a long table of rows, must stop at Ctrl-C with the prompt
+   * back, not die of SIGINT's default action (its run left 'running'). */
+  if (vsa_host_docall(L, n, 0) != 0) {
+    const char *msg = lua_tostring(L, -1);
+    fprintf(stderr, "error printing results: %s\n", msg ? msg : "(error object is not a string)");
+    fflush(stderr);
     lua_pop(L, 1);
   }
 }
@@ -300,6 +326,8 @@ vsa_repl(lua_State *L)
     if (sigsetjmp(prompt_jump, 1)) {
       /* Ctrl-C while editing: drop what was typed. */
       at_prompt = 0;
+      completing = 0;
+      lua_sethook(L, NULL, 0, 0);
       printf("\n");
       free(buf);
       buf = NULL;

@@ -392,7 +392,7 @@ function M.run(e)
     return string.format(", ETA %dm%02ds", math.floor(left / 60), math.floor(left % 60))
   end
   -- --resume: what the run already holds, per point hash and kernel.
-  e.measured = run.measured()
+  e.measured = run.measured(e.name)
   -- The bf16 GEMM ceiling in this run, so every figure has its % of it.
   if device ~= "cpu" and e.gemm ~= false and not (e.measured.gemm and e.measured.gemm.gemm_bf16) then
     local ok, g = pcall(core.gemm_ceiling)
@@ -724,11 +724,13 @@ function M.run_config(e, i, c, device, seed, rows, n)
             clk0 = clocks()
             outs, bst = b.measure(p, timing_opts(b.bench_opts, b.capturable ~= false, device))
             clk1 = clocks()
+            M.check_returned(b, outs, p)
             local ex = bst.peer and bst.peer.extra
             clk0, clk1 = M.peer_readings(clk0, clk1, type(ex) == "table" and ex.nvml)
           elseif b.timed then
             local dq, dk, dv = b.run(p)
             outs = {dq = dq, dk = dk, dv = dv}
+            M.check_returned(b, outs, p)
             -- NaN again, so the check below sees what the timed calls wrote.
             for _, t in pairs(outs) do t:fill(0 / 0) end
             bst, clk0, clk1, retries = M.time_uncapped(function()
@@ -741,6 +743,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
               if outs then for _, t in pairs(outs) do t:free() end end
               local dq, dk, dv = b.run(p)
               outs = {dq = dq, dk = dk, dv = dv}
+              M.check_returned(b, outs, p)
             end, timing_opts(b.bench_opts, false, device))
             clk1 = clocks()
           end
@@ -800,6 +803,27 @@ end
 -- failure ("backend NAME failed: ...") gets a failed row with the message
 -- and the sweep goes on. Anything else, or a GPU left faulted (the
 -- device does not synchronise cleanly), is raised: the run ends failed.
+-- outs as backend b returned them for p: dq, dk, dv tensors of p's q, k
+-- and v shapes on p's device, else "backend NAME failed: ..." (the point
+-- fails, as for a plug-in or a peer). A Lua backend's nil, number or
+-- misshapen tensor ended the run with an internal error, and one that
+-- returned dq alone passed its check on dq alone.
+function M.check_returned(b, outs, p)
+  for _, o in ipairs{{"dq", p.q}, {"dk", p.k}, {"dv", p.v}} do
+    local t, want = outs[o[1]], o[2]
+    if not core.is_tensor(t) then
+      error(string.format("backend %s failed: it returned %s for %s, not a tensor", b.name, type(t), o[1]), 0)
+    end
+    local a, w = table.concat(t.shape, ","), table.concat(want.shape, ",")
+    if a ~= w then
+      error(string.format("backend %s failed: it returned %s of shape [%s], not [%s]", b.name, o[1], a, w), 0)
+    end
+    if t.device ~= want.device then
+      error(string.format("backend %s failed: it returned %s on %s, not %s", b.name, o[1], t.device, want.device), 0)
+    end
+  end
+end
+
 function M.backend_failed(e, c, p, b, hash, err, device, rows, label, i, n)
   local msg = tostring(err)
   if not msg:find("backend " .. b.name .. " failed: ", 1, true) then error(err, 0) end

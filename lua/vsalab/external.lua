@@ -35,19 +35,22 @@ local function quote(s)
   return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
 end
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
 local function tail_lines(text, n)
   local lines = {}
   for l in (text or ""):gmatch("[^\n]+") do lines[#lines + 1] = l end
   local from = math.max(1, #lines - n + 1)
   return table.concat(lines, " | ", from)
+end
+
+-- The last n lines of the peer's output, at most 2000 characters. Read
+-- through core.read_regular, as everything the peer leaves: a FIFO in a
+-- file's place blocked io.open forever (deaf to a first SIGTERM), and a
+-- log of gigabytes was read whole into memory and into the row's note.
+local function log_tail(dir, n)
+  local text = core.read_regular(dir .. "/peer.log", 16384, true)
+  local t = tail_lines(text, n)
+  if #t > 2000 then t = "..." .. t:sub(-2000) end
+  return t
 end
 
 -- The canonical lists of p, q2k cut to the longest row.
@@ -115,13 +118,17 @@ function M.call(b, p, bench)
     -- kill the peer and everything it started; vsalab waits in short polls,
     -- so the interrupt reaches Lua. The shell writes the peer's exit status
     -- to DIR/status.
+    -- Its exit status is the session's: no status file the peer could
+    -- replace by a FIFO (the shell's write to it then never returned).
     local cmdline = "exec setsid sh -c " .. quote(table.concat(parts, " ") .. " " .. quote(dir)
-      .. " >" .. quote(dir .. "/peer.log") .. " 2>&1; echo $? >" .. quote(dir .. "/status"))
+      .. " >" .. quote(dir .. "/peer.log") .. " 2>&1")
     local okp, pid, msg_fd, err_fd = pcall(core.proc_spawn, {"/bin/sh", "-c", cmdline}, {})
     if not okp then error(string.format("backend %s failed: cannot start %s: %s", b.name, b.cmd[1], tostring(pid)), 0) end
-    local running = true
+    local running, how, code = true, nil, nil
     local okw, werr = pcall(function()
-      while not core.proc_wait(pid) do
+      while true do
+        how, code = core.proc_wait(pid)
+        if how then break end
         for _, fd in ipairs(core.proc_poll({err_fd}, 100)) do core.proc_read(fd) end
       end
       running = false
@@ -139,19 +146,18 @@ function M.call(b, p, bench)
     core.proc_close(msg_fd)
     core.proc_close(err_fd)
     if not okw then error(werr, 0) end
-    local rc = tonumber((read_file(dir .. "/status") or ""):match("%d+"))
-    if rc ~= 0 then
-      error(string.format("backend %s failed: peer exited with status %s: %s", b.name, tostring(rc),
-        tail_lines(read_file(dir .. "/peer.log"), 4)), 0)
+    if how ~= "exit" or code ~= 0 then
+      error(string.format("backend %s failed: peer %s: %s", b.name,
+        how == "signal" and ("was killed by signal " .. tostring(code))
+          or ("exited with status " .. tostring(code)), log_tail(dir, 4)), 0)
     end
     local o = {}
     local dev = p.q.device
     for name, shape in pairs{dq = p.q.shape, dk = p.k.shape, dv = p.k.shape} do
       local path = dir .. "/" .. name .. ".npy"
-      local fh = io.open(path, "rb")
-      if fh then fh:close() else
+      if not core.file_type(path) then
         error(string.format("backend %s failed: the peer wrote no %s.npy: %s", b.name, name,
-          tail_lines(read_file(dir .. "/peer.log"), 4)), 0)
+          log_tail(dir, 4)), 0)
       end
       local okl, t = pcall(core.npy_load, path, {dtype = "bf16", shape = shape, device = dev})
       if not okl then error(string.format("backend %s failed: %s", b.name, tostring(t)), 0) end
@@ -159,8 +165,11 @@ function M.call(b, p, bench)
     end
     local tm
     if bench then
-      local text = read_file(dir .. "/timing.json")
-      if not text then error(string.format("backend %s failed: the peer wrote no timing.json", b.name), 0) end
+      local text, why = core.read_regular(dir .. "/timing.json", 64 * 1024 * 1024)
+      if not text then
+        error(string.format("backend %s failed: %s", b.name, core.file_type(dir .. "/timing.json")
+          and ("timing.json " .. why:gsub("^'[^']*' ", "")) or "the peer wrote no timing.json"), 0)
+      end
       local okj, t = pcall(json.decode, text)
       if not okj then -- Python's json.dump writes NaN unless allow_nan=False
         error(string.format("backend %s failed: timing.json is not valid JSON (NaN and Infinity are not JSON): %s",

@@ -48,6 +48,18 @@ local function chart(title, series, axis)
   local tx = axis.log2 and function(v) return math.log(v) / math.log(2) end or function(v) return v end
   local W, Hh, L, R, T, B = 820, 360, 64, 290, 34, 46
   local xmin, xmax, ymax = math.huge, -math.huge, 0
+  -- Only points with a place on the axes: a damaged or hand-made DB can
+  -- hold an infinite TFLOPS or a token count of 0 (-inf on log2), which
+  -- would stretch an axis to infinity and never finish its grid. The rows
+  -- table still shows them.
+  local function finite(v) return v == v and v > -math.huge and v < math.huge end
+  for _, s in ipairs(series) do
+    local kept = {}
+    for _, p in ipairs(s.points) do
+      if finite(tx(p[1])) and finite(p[2]) then kept[#kept + 1] = p end
+    end
+    s.points = kept
+  end
   for _, s in ipairs(series) do
     for _, p in ipairs(s.points) do
       local x = tx(p[1])
@@ -69,6 +81,8 @@ local function chart(title, series, axis)
   -- grid and axes
   local step = 10 ^ math.floor(math.log10(ymax / 4))
   for _, m in ipairs{1, 2, 5, 10} do if ymax / (step * m) <= 6 then step = step * m; break end end
+  -- A subnormal ymax underflows ymax / 4 to 0: a step of 0 loops forever.
+  if not (step > 0) or ymax / step > 60 then step = ymax end
   for y = 0, ymax, step do
     o[#o + 1] = string.format('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>', L, Y(y), L + pw, Y(y))
     o[#o + 1] = string.format('<text x="%d" y="%.1f" font-size="11" text-anchor="end" fill="#444">%g</text>', L - 6, Y(y) + 4, y)
@@ -207,7 +221,8 @@ function M.render(db, ids, lead, kernels)
       table.sort(series, function(a, b)
         if a.kernel ~= b.kernel then return a.kernel < b.kernel end
         if a.density ~= b.density then return a.density < b.density end
-        return a.lists < b.lists
+        -- extra.point.lists is free JSON: a number in a hand-made row.
+        return tostring(a.lists) < tostring(b.lists)
       end)
       for i, s in ipairs(series) do s.color = palette[(i - 1) % #palette + 1] end
       local axis

@@ -84,14 +84,7 @@ local function merge_one(out, src, in_path, ins)
       if r.sweep_id then
         for _, o in ipairs(out:q("SELECT id, seed, args, shard_count, shard_index FROM run "
             .. "WHERE sweep_id = ? AND uid IS NOT ?", r.sweep_id, r.uid)) do
-          local why
-          if o.seed ~= r.seed then why = string.format("seed %s, not %s", tostring(r.seed), tostring(o.seed))
-          elseif o.args ~= r.args then why = "other script arguments"
-          elseif o.shard_count ~= r.shard_count then
-            why = string.format("%s shards, not %s", tostring(r.shard_count), tostring(o.shard_count))
-          elseif r.shard_index ~= nil and o.shard_index == r.shard_index then
-            why = string.format("shard %d too (two runs of one slice)", r.shard_index)
-          end
+          local why = require("vsalab.shard").conflict(o, r)
           if why then
             error(string.format("%s: run %d of sweep %s has %s, unlike run %d already in OUT: "
               .. "a sweep's shards must be measured alike (merge them into separate files)",

@@ -282,6 +282,26 @@ function M.current(extra)
   else
     local env = M.environment()
     for k, v in pairs(extra or {}) do env[k] = v or nil end
+    -- A sweep id this DB already holds (--sweep-id reused for another
+    -- sweep, a slice measured twice): the runs would read as one logical
+    -- run (`runs` said "shards 4/3"), as merge refuses them.
+    if env.sweep_id and require("vsalab.shard").has_sweeps(db) then
+      local name = function(p) return tostring(p or ""):match("[^/]*$") end
+      for _, o in ipairs(db:q([[SELECT id, script, seed, args, shard_count, shard_index FROM run
+          WHERE sweep_id = ? ORDER BY id]], env.sweep_id)) do
+        local why = require("vsalab.shard").conflict(o, env)
+        if not why and name(o.script) ~= name(env.script) then
+          why = string.format("script %s, not %s", name(env.script), name(o.script))
+        end
+        if why then
+          db:close()
+          require("vsalab.usage").error(string.format("sweep %s: %s already holds run %d of it, and this "
+            .. "run would have %s: a sweep's shards are measured alike, one run per slice (give another "
+            .. "--sweep-id or --db%s)", env.sweep_id, path, o.id, why,
+            why:find("one slice", 1, true) and string.format("; --resume %d finishes that slice", o.id) or ""))
+        end
+      end
+    end
     -- A signal's hook can fire as begin_run returns, after its commit and
     -- before `id` is set: finish() then asks db:run_id() for the row.
     state = {db = db, path = path, resumed = false}
@@ -294,12 +314,15 @@ function M.current(extra)
 end
 
 -- {[point_hash] = {[kernel] = true}} of the rows the current run already
--- holds (empty for a new run): what --resume skips.
-function M.measured()
+-- holds (empty for a new run): what --resume skips. experiment: that
+-- experiment's rows only (a script that runs two experiments over the same
+-- points has the same hashes in both: the second's were taken as done).
+function M.measured(experiment)
   local r = M.current()
   local done = {}
   if not r.resumed then return done end
-  for _, row in ipairs(r.db:q("SELECT point_hash, kernel FROM result WHERE run_id = ? AND point_hash IS NOT NULL", r.id)) do
+  for _, row in ipairs(r.db:q([[SELECT point_hash, kernel FROM result WHERE run_id = ?1
+      AND point_hash IS NOT NULL AND (?2 IS NULL OR experiment = ?2)]], r.id, experiment)) do
     done[row.point_hash] = done[row.point_hash] or {}
     done[row.point_hash][row.kernel] = true
   end

@@ -62,6 +62,23 @@ function M.sweep_id(ctx)
     seed = ctx.seed, shards = ctx.shard.count}
 end
 
+-- Why run r (seed, args, shard_count, shard_index) cannot be a shard of
+-- the sweep run o is one of, or nil: the shards of one sweep are one
+-- measurement (the same seed, script arguments and shard count, one run
+-- per slice); anything else would read as one complete logical run that
+-- is not. `merge` and a new run's row (lua/vsalab/run.lua) both check it.
+function M.conflict(o, r)
+  if o.seed ~= r.seed then return string.format("seed %s, not %s", tostring(r.seed), tostring(o.seed)) end
+  if o.args ~= r.args then return "other script arguments" end
+  if o.shard_count ~= r.shard_count then
+    return string.format("%s shards, not %s", tostring(r.shard_count), tostring(o.shard_count))
+  end
+  if r.shard_index ~= nil and o.shard_index == r.shard_index then
+    return string.format("shard %d too (two runs of one slice)", r.shard_index)
+  end
+  return nil
+end
+
 -- The run ids of run id's logical run: every run of its sweep, or the run
 -- alone.
 function M.members(db, id)

@@ -309,7 +309,10 @@ function Sweep:points()
         p.hash = M.hash(p)
         if self.skip then
           local why = self.skip(p)
-          if why then p.skipped = why end
+          -- `return true` is a natural "skip it": the reason is printed and
+          -- logged as text (a boolean reached io.write as it was).
+          if why == true then p.skipped = "skipped by the sweep"
+          elseif why then p.skipped = tostring(why) end
         end
         out[#out + 1] = p
       end

@@ -104,6 +104,10 @@ describe("vsalab CLI", function()
     local rc1, _, err1 = H.vsalab("run --timing warm s.lua")
     assert.equal(2, rc1)
     assert.truthy(err1:find("--timing expects hot, cold, graph or sustained, got 'warm'", 1, true), err1)
+    -- A timeout past the bound was refused as if it were not positive.
+    local rc2, _, err2 = H.vsalab("run --point-timeout 1e9 s.lua")
+    assert.equal(2, rc2)
+    assert.truthy(err2:find("--point-timeout expects seconds > 0 and below 1e7 (about 115 days), got '1e9'", 1, true), err2)
   end)
 
   it("logs the rows of a --timing sustained run as mode 'sustained'", function()

@@ -379,6 +379,33 @@ describe("run --shard, merge and logical runs", function()
     end
   end)
 
+  it("refuses a sweep id the DB holds for another sweep, or a slice it holds, before measuring", function()
+    -- Both went into the DB: `runs` then showed one logical run of
+    -- "shards 4/3" that merge refuses.
+    local function shard(slice, extra)
+      return H.sh("VSALAB_TEST_POINTS=24 " .. H.exe .. " run --shard " .. slice .. " --sweep-id sx "
+        .. extra .. " --db " .. dir .. "/one.db " .. dir .. "/pts.lua")
+    end
+    local rc, _, err = shard("0/2", "")
+    assert.equal(0, rc, err)
+    for _, case in ipairs{{"1/2", "--seed 99", "seed 99, not 1234"}, {"1/3", "", "3 shards, not 2"},
+        {"0/2", "", "shard 0 too (two runs of one slice): a sweep's shards are measured alike, one run per slice "
+          .. "(give another --sweep-id or --db; --resume 1 finishes that slice)"}} do
+      rc, _, err = shard(case[1], case[2])
+      assert.equal(2, rc, err)
+      assert.truthy(err:find("sweep sx: " .. dir .. "/one.db already holds run 1 of it, and this run would have "
+        .. case[3], 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    -- The other slice of the same sweep is welcome.
+    rc, _, err = shard("1/2", "")
+    assert.equal(0, rc, err)
+    local d = open(dir .. "/one.db")
+    assert.same({{id = 1, shard_index = 0}, {id = 2, shard_index = 1}},
+      (function(r) r.columns = nil return r end)(d:q("SELECT id, shard_index FROM run ORDER BY id")))
+    d:close()
+  end)
+
   it("refuses another schema version and leaves OUT as it was when a merge fails", function()
     shard_runs(2, "--sweep-id s2")
     -- OUT with one run already.

@@ -48,6 +48,31 @@ describe("npy files", function()
     H.write(dir .. "/no.npy", "hello")
     assert.truthy(H.err(vsalab.npy_load, dir .. "/no.npy"):find("not a .npy file", 1, true))
     assert.truthy(H.err(vsalab.npy_load, dir .. "/absent.npy"):find("no file", 1, true))
+    -- A header that claims a huge shape: refused by the shape asked for,
+    -- before anything is allocated (it read "out of host memory", which an
+    -- experiment takes for a point too big to run), and the file is closed
+    -- whatever is raised.
+    local function header(path, shape)
+      local h = "{'descr': '<u2', 'fortran_order': False, 'shape': " .. shape .. ", }"
+      h = h .. string.rep(" ", (64 - (10 + #h + 1) % 64) % 64) .. "\n"
+      H.write(path, "\147NUMPY\1\0" .. string.char(#h % 256, math.floor(#h / 256)) .. h)
+    end
+    header(dir .. "/huge.npy", "(100000, 100000, 100000)")
+    header(dir .. "/wrap.npy", "(4294967296, 4294967296)")
+    local function open_fds()
+      local p = io.popen("ls /proc/" .. vsalab.context.pid .. "/fd | wc -l")
+      local n = tonumber(p:read("*a"))
+      p:close()
+      return n
+    end
+    local fds = open_fds()
+    for _ = 1, 20 do
+      assert.truthy(H.err(vsalab.npy_load, dir .. "/huge.npy", {shape = {2, 3}})
+        :find("huge.npy: expected shape [2,3], got [100000,100000,100000]", 1, true))
+      H.err(vsalab.npy_load, dir .. "/huge.npy")
+      H.err(vsalab.npy_load, dir .. "/wrap.npy")
+    end
+    assert.is_true(open_fds() < fds + 5, "npy_load left files open")
     -- A FIFO (a peer's trick) is refused at once instead of blocking forever.
     assert.equal(0, (H.sh("mkfifo " .. dir .. "/fifo.npy")))
     assert.truthy(H.err(vsalab.npy_load, dir .. "/fifo.npy"):find("not a regular file", 1, true))
@@ -163,6 +188,41 @@ describe("external backends", function()
       assert.equal(0, r.passed)
       assert.is_nil(r.tflops)
       assert.truthy(r.ms_median)
+    end
+  end)
+
+  it("fail the point, never wait, when a peer leaves FIFOs or a huge log in DIR", function()
+    -- A FIFO as peer.log, timing.json or an output blocked vsalab's open
+    -- forever (deaf to one SIGTERM); a FIFO as the shell's status file
+    -- blocked the shell; a 30 MB line of output went whole into the note.
+    H.write(dir .. "/fifo.sh", [[#!/bin/sh
+d=$1
+case "$FIFO_AT" in
+  peer.log) rm -f "$d/peer.log"; mkfifo "$d/peer.log"; exit 1 ;;
+  status) mkfifo "$d/status"; exit 5 ;;
+  dq.npy) mkfifo "$d/dq.npy"; mkfifo "$d/dk.npy"; mkfifo "$d/dv.npy" ;;
+  timing.json) "$VSALAB" run tests/peers/ref_peer.lua "$d" && rm -f "$d/timing.json" && mkfifo "$d/timing.json" ;;
+  log) head -c 30000000 /dev/zero | tr '\0' x; exit 1 ;;
+esac
+]])
+    for at, want in pairs{["peer.log"] = "peer exited with status 1", status = "peer exited with status 5",
+        ["dq.npy"] = "is not a regular file", ["timing.json"] = "timing.json is not a regular file",
+        log = "peer exited with status 1: ...xxx"} do
+      H.write(dir .. "/fifo.lua", string.format([[
+vsalab.backends.external{name = "fifo", cmd = {"/bin/sh", %q}}
+local exp = require "vsalab.experiment"
+local sweep = require "vsalab.sweep"
+exp.run{name = "fifo", device = "cpu", sweep = sweep.new{axes = {{"density", {0.5}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}},
+  check = "full", seed = 1, kernels = {fifo = true, reference = true}}]], dir .. "/fifo.sh"))
+      local db = dir .. "/fifo-" .. at .. ".db"
+      local rc, _, err = H.sh("FIFO_AT=" .. at .. " VSALAB=" .. H.exe .. " timeout -s KILL 60 " .. H.exe
+        .. " run --db " .. db .. " " .. dir .. "/fifo.lua")
+      assert(rc == 0, at .. ": exit " .. rc .. ": " .. err:sub(-600))
+      local d = vsalab.db_open(db, {readonly = true})
+      local note = d:q("SELECT note FROM result WHERE kernel = 'fifo'")[1].note
+      d:close()
+      assert.truthy(note:find(want, 1, true), at .. ": " .. note:sub(1, 300))
+      assert.is_true(#note < 2200, at .. ": a note of " .. #note .. " bytes")
     end
   end)
 

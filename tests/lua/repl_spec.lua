@@ -176,4 +176,54 @@ describe("vsalab repl", function()
     assert.falsy(screen("x"):find("PANIC", 1, true), screen("x"))
     tmux("send-keys -t x C-d")
   end)
+
+  it("stops printing a value at Ctrl-C and keeps the prompt (it died of SIGINT, its run left 'running')", function()
+    local db = dir .. "/p.db"
+    tmux(string.format("new-session -d -s p -x 120 -y 20 'HOME=%s %s repl --db %s'", dir, H.exe, db))
+    wait_for("Ctrl-D leaves", "p")
+    type_line("vsalab.log{experiment = 'x', kernel = 'k'}", "p")
+    wait_for("\n1\n", "p")
+    -- A __tostring that never returns: the printing, not the statement, loops.
+    type_line("setmetatable({}, {__tostring = function() io.write('print' .. 'ing\\n') io.flush() while true do end end})", "p")
+    wait_for("\nprinting", "p")
+    tmux("send-keys -t p C-c")
+    wait_for("interrupted!", "p")
+    type_line("'alive ' .. 43", "p")
+    wait_for("alive 43", "p")
+    tmux("send-keys -t p C-d")
+    local left = false
+    for _ = 1, 300 do
+      if tmux("has-session -t p") ~= 0 then left = true; break end
+      os.execute("sleep 0.1")
+    end
+    assert(left, "the REPL did not leave at Ctrl-D; screen:\n" .. screen("p"))
+    local d = vsalab.db_open(db, {readonly = true})
+    local status = d:q("SELECT status FROM run")[1].status
+    d:close()
+    assert.equal("finished", status)
+  end)
+
+  it("stops a Tab lookup that loops at Ctrl-C without leaving its frames behind", function()
+    -- The prompt's Ctrl-C jumped out of the lookup's Lua call: every such
+    -- jump left a dead call on the Lua stack (and a C frame pointer into
+    -- the abandoned C stack) under every later statement.
+    tmux(string.format("new-session -d -s t -x 160 -y 30 'HOME=%s %s repl'", dir, H.exe))
+    wait_for("Ctrl-D leaves", "t")
+    type_line("depth = function() local n = 0 while debug.getinfo(n + 1) do n = n + 1 end return 'depth ' .. n end", "t")
+    type_line("'before ' .. depth()", "t")
+    wait_for("before depth", "t")
+    local before = screen("t"):match("before (depth %d+)")
+    type_line("t = setmetatable({}, {__index = function() n = (n or 0) + 1 io.write('look' .. 'ing ' .. n .. '\\n') io.flush() while true do end end})", "t")
+    for i = 1, 2 do
+      tmux("send-keys -t t -l 't.foo.b'")
+      tmux("send-keys -t t Tab")
+      wait_for("looking " .. i, "t")
+      tmux("send-keys -t t C-c")
+      drop_line("t")
+    end
+    type_line("'after ' .. depth()", "t")
+    wait_for("after depth", "t")
+    assert.equal(before, screen("t"):match("after (depth %d+)"))
+    tmux("send-keys -t t C-d")
+  end)
 end)

@@ -294,6 +294,30 @@ describe("resume and point timeout", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("--resume measures a second experiment of one script over the same points", function()
+    -- Its points have the first's hashes: a resume took them as measured,
+    -- logged nothing for them and ended the run 'finished'.
+    local dir = H.tmpdir()
+    H.write(dir .. "/two.lua", [[
+      local exp = require "vsalab.experiment"
+      local sweep = require "vsalab.sweep"
+      local function sw() return sweep.new{axes = {{"density", {0.5}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}} end
+      exp.run{name = "first", device = "cpu", sweep = sw(), check = "full", seed = 1}
+      if os.getenv("VSALAB_TEST_FAIL") then error("stopped between the experiments") end
+      exp.run{name = "second", device = "cpu", sweep = sw(), check = "full", seed = 1}
+    ]])
+    local db = dir .. "/r.db"
+    assert.equal(1, (H.sh("VSALAB_TEST_FAIL=1 " .. H.exe .. " run --db " .. db .. " " .. dir .. "/two.lua")))
+    local rc, _, err = H.vsalab("run --db " .. db .. " --resume 1 " .. dir .. "/two.lua")
+    assert(rc == 0, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT experiment, count(*) AS n FROM result GROUP BY experiment ORDER BY experiment")
+    rows.columns = nil
+    d:close()
+    assert.same({{experiment = "first", n = 2}, {experiment = "second", n = 2}}, rows)
+    os.execute("rm -rf " .. dir)
+  end)
+
   it("--resume takes the run's seed and timing and refuses other settings", function()
     local dir = H.tmpdir()
     write_sweep(dir .. "/seeds.lua", "seeds", "{0.5, 1.0}", "seed = vsalab.context.seed")
@@ -462,6 +486,44 @@ describe("damaged databases", function()
     local rc, _, err = H.vsalab("runs --db " .. path)
     assert.equal(2, rc)
     assert.truthy(err:match("corrupt"))
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
+describe("a Lua backend that returns the wrong outputs", function()
+  it("fails its point naming what it returned, and the sweep goes on", function()
+    -- A nil or a number ended the run with an internal error
+    -- (experiment.lua: attempt to index local 't'), a misshapen tensor with
+    -- check.lua's, and dq alone was checked (and could pass) on dq alone.
+    local dir = H.tmpdir()
+    for mode, want in pairs{["nil"] = "it returned nil for dq, not a tensor",
+        shape = "it returned dq of shape [1,2,3], not [1,1,128,16]",
+        one = "it returned nil for dk, not a tensor", num = "it returned number for dq, not a tensor"} do
+      H.write(dir .. "/lb.lua", string.format([[
+local mode = %q
+vsalab.backends.register{name = "luab", supported = function(d) return d == "cpu" end, run = function(p)
+  local ref = {vsalab.backends.get("reference").run(p)}
+  if mode == "nil" then return nil end
+  if mode == "num" then return 1, 2, 3 end
+  if mode == "shape" then return vsalab.zeros({1, 2, 3}, {dtype = "bf16"}), ref[2], ref[3] end
+  return ref[1]
+end}
+local exp = require "vsalab.experiment"
+local sweep = require "vsalab.sweep"
+exp.run{name = "lb", device = "cpu", sweep = sweep.new{axes = {{"density", {0.5, 1.0}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}},
+  check = "full", seed = 1, kernels = {luab = true, reference = true}}]], mode))
+      local db = dir .. "/" .. mode .. ".db"
+      local rc, _, err = H.vsalab("run --db " .. db .. " " .. dir .. "/lb.lua")
+      assert(rc == 0, mode .. ": " .. err)
+      local d = vsalab.db_open(db, {readonly = true})
+      local rows = d:q("SELECT passed, note FROM result WHERE kernel = 'luab'")
+      d:close()
+      assert.equal(2, #rows, mode)
+      for _, r in ipairs(rows) do
+        assert.equal(0, r.passed, mode)
+        assert.equal("backend luab failed: " .. want, r.note)
+      end
+    end
     os.execute("rm -rf " .. dir)
   end)
 end)

@@ -31,6 +31,27 @@ describe("sweep", function()
     assert.equal(0.3, r[3])
   end)
 
+  it("takes a skip that returns true or a number (a boolean reached io.write: a traceback)", function()
+    local sw = sweep.new{axes = {{"density", {0.5, 1.0, 0.25}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16},
+      skip = function(pt) if pt.density == 1.0 then return true elseif pt.density == 0.25 then return 7 end end}
+    local pts = sw:points()
+    assert.is_nil(pts[1].skipped)
+    assert.equal("skipped by the sweep", pts[2].skipped)
+    assert.equal("7", pts[3].skipped)
+    local dir = H.tmpdir()
+    H.write(dir .. "/s.lua", [[
+      local exp = require "vsalab.experiment"
+      local sweep = require "vsalab.sweep"
+      local sw = sweep.new{axes = {{"density", {0.5, 1.0}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16},
+        skip = function(pt) return pt.density == 1.0 end}
+      exp.run{name = "s", device = "cpu", sweep = sw, check = "full", seed = 1}
+    ]])
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/r.db " .. dir .. "/s.lua")
+    os.execute("rm -rf " .. dir)
+    assert.equal(0, rc, err)
+    assert.truthy(err:find(": skipped by the sweep", 1, true), err)
+  end)
+
   it("gives each point a stable hash", function()
     local a, b = make():points(), make():points()
     local seen = {}

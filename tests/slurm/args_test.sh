@@ -65,6 +65,28 @@ expect_usage "--out expects a path of letters" --out "$tmp/x\"\$(touch $tmp/pwne
 mkdir -p "$tmp/a dir"
 (cd "$tmp/a dir" && expect_usage "run it from a directory whose path" "$smoke"; exit "$failed") || failed=1
 
+# A script's file name becomes the default job name, written into an
+# #SBATCH line: a newline there ran the rest as a command in every task
+# and ended the #SBATCH block (no --array, --gres, --output); a space split
+# the job name.
+for bad in $'n\ntouch pwned\n.lua' 'a b.lua'; do
+  cp "$smoke" "$tmp/$bad"
+  "$sweep" --vsalab "$V" --out "$tmp/named" --dry-run "$tmp/$bad" > "$tmp/named.txt" 2>&1 ||
+    fail "a script named $(printf %q "$bad") exited $?: $(cat "$tmp/named.txt")"
+  # Every line of each header is an #SBATCH directive or the shebang.
+  awk '/^# \/.*\.sbatch$/ {hdr = 1; next} /^#!/ {next} hdr && /^#SBATCH/ {next} hdr {hdr = 0; if ($0 !~ /^# /) print "bad: " $0}' \
+    "$tmp/named.txt" | grep -q . && fail "a script named $(printf %q "$bad") broke the #SBATCH header: $(cat "$tmp/named.txt")"
+  grep -q -- '--job-name=vsalab-[A-Za-z0-9._+-]*$' "$tmp/named.txt" ||
+    fail "a script named $(printf %q "$bad") gave the job name $(grep -- --job-name "$tmp/named.txt")"
+done
+
+# An --out that holds an earlier sweep's shard DBs: the merge job would
+# merge them in too.
+mkdir -p "$tmp/out"
+: > "$tmp/out/shard-7.db"
+expect_usage "holds shard DBs of an earlier sweep (shard-7.db)" "$smoke"
+rm -f "$tmp/out/shard-7.db"
+
 # A good command line: the array, then the merge job waiting for it.
 rm -f "$SBATCH_LOG"
 out=$("$sweep" --vsalab "$V" --out "$tmp/good" --gres none --seed 5 --timing cold \
