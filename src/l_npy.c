@@ -97,20 +97,18 @@ typedef struct {
   FILE *f;
 } npy_file;
 
-static int
-npy_file_gc(lua_State *L)
-{
-  npy_file *g = lua_touserdata(L, 1);
-  if (g->f) fclose(g->f);
-  g->f = NULL;
-  return 0;
-}
-
 static void
 npy_file_close(npy_file *g)
 {
   if (g->f) fclose(g->f);
   g->f = NULL;
+}
+
+static int
+npy_file_gc(lua_State *L)
+{
+  npy_file_close(lua_touserdata(L, 1));
+  return 0;
 }
 
 static int
@@ -234,21 +232,7 @@ l_npy_load(lua_State *L)
   if (bytes && fread(vsa_tensor_data(h), 1, bytes, f) != bytes) goto truncated;
   npy_file_close(g);
   int dev = VSA_CPU;
-  if (lua_istable(L, 2)) {
-    lua_getfield(L, 2, "shape");
-    if (lua_istable(L, -1)) {
-      int want_n = (int)lua_objlen(L, -1);
-      int64_t want[VSA_MAX_DIMS];
-      for (int k = 0; k < want_n && k < VSA_MAX_DIMS; k++) {
-        lua_rawgeti(L, -1, k + 1);
-        want[k] = (int64_t)lua_tonumber(L, -1);
-        lua_pop(L, 1);
-      }
-      lua_pop(L, 1);
-      vsa_arg_shape(L, h, path, want_n, want);
-    } else {
-      lua_pop(L, 1);
-    }
+  if (lua_istable(L, 2)) { /* the shape asked for was checked above */
     lua_getfield(L, 2, "dtype");
     if (!lua_isnil(L, -1)) {
       vsa_dtype want;

@@ -84,7 +84,7 @@ end
 -- `vsalab run SCRIPT --help`: the script's own header comment (its
 -- usage), then its arguments and their defaults; exit 0 before anything
 -- runs (no DB, no GPU).
-local function script_help(defaults)
+local function script_help(defaults, sw)
   local ctx = package.loaded.vsalab.context or {}
   local f = ctx.script and io.open(ctx.script)
   if f then
@@ -110,8 +110,7 @@ local function script_help(defaults)
     print(string.format("  %s=%s", k, text))
   end
   print("and every experiment's: plugin=PATH, plugin_symbol=NAME, plugin_name=NAME, peers=NAME[,NAME];")
-  -- The script's sweep, built before its arguments are read (sw:override).
-  local sw = package.loaded["vsalab.sweep"] and package.loaded["vsalab.sweep"].last
+  -- sw: the script's sweep, when its arguments came through sw:override.
   if sw and #sw.declared > 0 then
     print("the sweep's axes, with their defaults (-a AXIS=[v1,v2,...] overrides one; any number):")
     for _, line in ipairs(sw.declared) do print("  " .. line) end
@@ -124,9 +123,11 @@ end
 
 function M.args(argv, defaults)
   local o, common = {}, {}
+  -- The script's sweep, when argv is what its sw:override returned.
+  local sw = argv and require("vsalab.sweep").of_args[argv]
   for k, v in pairs(defaults or {}) do o[k] = v end
   for _, a in ipairs(argv or {}) do
-    if a == "--help" or a == "-h" then script_help(defaults) end
+    if a == "--help" or a == "-h" then script_help(defaults, sw) end
     local k, v = a:match("^([%w_]+)=(.*)$")
     if not k and a:match("^%-%-") then
       usage.error("argument '" .. a .. "': vsalab's options go before the script "
@@ -134,8 +135,8 @@ function M.args(argv, defaults)
     end
     if not k then usage.error("argument '" .. a .. "': expected key=value") end
     if defaults and defaults[k] == nil and not M.common_args[k] then
-      for _, ax in ipairs(require("vsalab.sweep").axes_of[argv] or {}) do
-        if ax == k then usage.error("argument '" .. k .. "': " .. k .. " is an axis of the sweep: give it as -a " .. a) end
+      for _, ax in ipairs(sw and sw.axes or {}) do
+        if ax.name == k then usage.error("argument '" .. k .. "': " .. k .. " is an axis of the sweep: give it as -a " .. a) end
       end
       local known = {}
       for name in pairs(defaults) do known[#known + 1] = name end
@@ -799,10 +800,6 @@ function M.run_config(e, i, c, device, seed, rows, n)
   end
 end
 
--- A backend's error at a point: a plug-in or external peer that reported a
--- failure ("backend NAME failed: ...") gets a failed row with the message
--- and the sweep goes on. Anything else, or a GPU left faulted (the
--- device does not synchronise cleanly), is raised: the run ends failed.
 -- outs as backend b returned them for p: dq, dk, dv tensors of p's q, k
 -- and v shapes on p's device, else "backend NAME failed: ..." (the point
 -- fails, as for a plug-in or a peer). A Lua backend's nil, number or
@@ -824,6 +821,10 @@ function M.check_returned(b, outs, p)
   end
 end
 
+-- A backend's error at a point: a plug-in or external peer that reported a
+-- failure ("backend NAME failed: ...") gets a failed row with the message
+-- and the sweep goes on. Anything else, or a GPU left faulted (the
+-- device does not synchronise cleanly), is raised: the run ends failed.
 function M.backend_failed(e, c, p, b, hash, err, device, rows, label, i, n)
   local msg = tostring(err)
   if not msg:find("backend " .. b.name .. " failed: ", 1, true) then error(err, 0) end

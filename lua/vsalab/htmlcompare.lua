@@ -27,17 +27,8 @@ local palette = {"#1f77b4", "#9467bd", "#8c564b", "#17becf", "#e377c2", "#bcbd22
 function M.ratio_chart(title, series)
   local W, Hh, L, R, T, B = 820, 320, 64, 250, 34, 46
   local xmin, xmax, ymin, ymax = math.huge, -math.huge, 1, 1
-  -- Only points with a place on the axes: a token count of 0 in a damaged
-  -- or hand-made DB is -inf on log2 (a grid that never ends), a median of
-  -- 0 an infinite or NaN B/A. The tables below still show them.
-  local function finite(v) return v == v and v > -math.huge and v < math.huge end
-  for _, s in ipairs(series) do
-    local kept = {}
-    for _, p in ipairs(s.points) do
-      if type(p[1]) == "number" and p[1] > 0 and finite(p[1]) and finite(p[2]) then kept[#kept + 1] = p end
-    end
-    s.points = kept
-  end
+  -- Tokens on log2, B/A: only the points with a place on those axes.
+  require("vsalab.htmlreport").plottable(series, function(v) return math.log(v) / math.log(2) end)
   for _, s in ipairs(series) do
     for _, p in ipairs(s.points) do
       local x = math.log(p[1]) / math.log(2)

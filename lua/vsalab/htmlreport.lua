@@ -41,6 +41,23 @@ end
 local palette = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
   "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"}
 
+-- Keep in each series only the points with a place on the axes (tx: the
+-- x axis's transform): a damaged or hand-made DB can hold an infinite
+-- TFLOPS, a median of 0 (an infinite B/A) or a token count of 0 (-inf on
+-- log2), which would stretch an axis to infinity and never finish its
+-- grid. The tables beside the charts still show them. Also the
+-- comparison chart's (lua/vsalab/htmlcompare.lua).
+function M.plottable(series, tx)
+  local function finite(v) return type(v) == "number" and v == v and v > -math.huge and v < math.huge end
+  for _, s in ipairs(series) do
+    local kept = {}
+    for _, p in ipairs(s.points) do
+      if type(p[1]) == "number" and finite(tx(p[1])) and finite(p[2]) then kept[#kept + 1] = p end
+    end
+    s.points = kept
+  end
+end
+
 -- An SVG line chart: series = {{name, color, dashed, points = {{x, y}...}}};
 -- axis = {label=, log2=} (default tokens on a log2 axis).
 local function chart(title, series, axis)
@@ -48,18 +65,7 @@ local function chart(title, series, axis)
   local tx = axis.log2 and function(v) return math.log(v) / math.log(2) end or function(v) return v end
   local W, Hh, L, R, T, B = 820, 360, 64, 290, 34, 46
   local xmin, xmax, ymax = math.huge, -math.huge, 0
-  -- Only points with a place on the axes: a damaged or hand-made DB can
-  -- hold an infinite TFLOPS or a token count of 0 (-inf on log2), which
-  -- would stretch an axis to infinity and never finish its grid. The rows
-  -- table still shows them.
-  local function finite(v) return v == v and v > -math.huge and v < math.huge end
-  for _, s in ipairs(series) do
-    local kept = {}
-    for _, p in ipairs(s.points) do
-      if finite(tx(p[1])) and finite(p[2]) then kept[#kept + 1] = p end
-    end
-    s.points = kept
-  end
+  M.plottable(series, tx)
   for _, s in ipairs(series) do
     for _, p in ipairs(s.points) do
       local x = tx(p[1])
@@ -147,12 +153,13 @@ function M.render(db, ids, lead, kernels)
     -- The shards of one sweep are one logical run (lua/vsalab/shard.lua).
     local members = shard.members(db, id)
     local in_members = "run_id IN " .. shard.in_list(members)
+    -- of_rows: the run's rows, or those kernels' (bound values, below).
     local only = kernels and kernels[id]
     local of_rows = in_members
     if only then
-      local q = {}
-      for i, k in ipairs(only) do q[i] = "'" .. tostring(k):gsub("'", "''") .. "'" end
-      of_rows = in_members .. " AND kernel IN (" .. table.concat(q, ", ") .. ")"
+      local marks = {}
+      for i = 1, #only do marks[i] = "?" end
+      of_rows = in_members .. " AND kernel IN (" .. table.concat(marks, ", ") .. ")"
     end
     o[#o + 1] = string.format("<h2>Run %d — %s</h2>", id, esc(run.script or "(no script)"))
     if only then
@@ -174,7 +181,7 @@ function M.render(db, ids, lead, kernels)
     local compare = require "vsalab.compare"
     local rows = db:q("SELECT *, " .. compare.lists_sql .. [[ AS lists,
       CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing
-      FROM result_summary WHERE ]] .. of_rows .. [[ ORDER BY experiment, kernel, H, density, Sq]])
+      FROM result_summary WHERE ]] .. of_rows .. [[ ORDER BY experiment, kernel, H, density, Sq]], unpack(only or {}))
     -- One chart per experiment, against the axis its points vary along:
     -- tokens (log2) when Sq varies, else density, else heads (a sweep of
     -- densities at one token count would otherwise draw one dot).
@@ -256,7 +263,7 @@ function M.render(db, ids, lead, kernels)
     -- Worst error per output per kernel.
     local errs = db:q([[SELECT r.kernel, e.output, max(e.rel_l2) AS worst, sum(e.passed = 0) AS failed, count(*) AS n
       FROM result r JOIN result_error e ON e.result_id = r.id WHERE r.]] .. of_rows .. [[
-      GROUP BY r.kernel, e.output ORDER BY r.kernel, e.output]])
+      GROUP BY r.kernel, e.output ORDER BY r.kernel, e.output]], unpack(only or {}))
     if #errs > 0 then
       o[#o + 1] = "<h2>Errors against the fp64 oracle</h2><table><tr><th class=\"l\">kernel</th><th class=\"l\">output</th><th>worst rel L2</th><th>checks</th><th>failed</th></tr>"
       for _, e in ipairs(errs) do
@@ -324,20 +331,19 @@ function M.main(argv)
   end
   -- RUN or RUN:KERNEL; two of them add the comparison view.
   -- A run named only as RUN:KERNEL shows those kernels' rows (report 7:mine).
-  local ids, sides, seen, kernels = {}, {}, {}, {}
+  local ids, sides, seen, kernels, whole = {}, {}, {}, {}, {}
   for _, ref in ipairs(refs) do
     local okr, side = pcall(require("vsalab.compare").resolve_side, db, ref)
     if not okr then db:close(); io.stderr:write("vsalab report: ", tostring(side), "\n"); return 2 end
     sides[#sides + 1] = side
     if not seen[side.run] then seen[side.run] = true; ids[#ids + 1] = side.run end
     if not side.kernel then
-      kernels[side.run] = false
-    elseif kernels[side.run] ~= false then
+      whole[side.run], kernels[side.run] = true, nil
+    elseif not whole[side.run] then
       kernels[side.run] = kernels[side.run] or {}
       table.insert(kernels[side.run], side.kernel)
     end
   end
-  for id, k in pairs(kernels) do if not k then kernels[id] = nil end end
   local two = #sides == 2 and sides[1].label ~= sides[2].label
   local html = M.render(db, ids, two and require("vsalab.htmlcompare").render(db, sides[1], sides[2]) or nil, kernels)
   db:close()

@@ -122,7 +122,6 @@ function M.new(spec)
     for k, v in ipairs(ax.values) do l[k] = type(v) == "number" and string.format("%.15g", v) or tostring(v) end
     sw.declared[i] = ax.name .. "=[" .. table.concat(l, ",") .. "]"
   end
-  M.last = sw
   if spec.zip then
     sw.zip = {names = spec.zip[1], rows = {}}
     for i = 2, #spec.zip do
@@ -214,9 +213,9 @@ local function check_shape(name, v, spec)
   end
 end
 
--- The axis names of the sweep whose override returned these arguments,
--- for exp.args to say that `H=40` wants `-a H=40`.
-M.axes_of = setmetatable({}, {__mode = "k"})
+-- The sweep whose override returned these arguments, for exp.args: its
+-- --help lists the sweep's axes, and `H=40` there wants `-a H=40`.
+M.of_args = setmetatable({}, {__mode = "k"})
 
 -- Apply "-a name=values" pairs found in argv (the script's arg table);
 -- returns the arguments that are not overrides. A malformed override is a
@@ -279,9 +278,7 @@ function override(self, argv)
       axis.values = values
     end
   end
-  local names = {}
-  for _, ax in ipairs(self.axes) do names[#names + 1] = ax.name end
-  M.axes_of[rest] = names
+  M.of_args[rest] = self
   return rest
 end
 

@@ -385,16 +385,21 @@ describe("resume and point timeout", function()
     os.execute("rm -rf " .. dir)
   end)
 
-  it("--resume refuses a run that is still running", function()
-    local dir = H.tmpdir()
-    -- The run holds after its first row until the test releases it (or
-    -- 300 s pass), so it is running whenever the resume comes.
+  -- DIR/slow.lua: a run that holds after its first row until DIR/release
+  -- exists (or 300 s pass), having made DIR/ready: running whenever a
+  -- resume comes.
+  local function write_held(dir)
     H.write(dir .. "/slow.lua", string.format([[
       vsalab.log{experiment = "slow", kernel = "k"}
       io.open(%q, "w"):close()
       local t = vsalab.proc_now()
       while not io.open(%q) and vsalab.proc_now() - t < 300 do os.execute("sleep 0.05") end
     ]], dir .. "/ready", dir .. "/release"))
+  end
+
+  it("--resume refuses a run that is still running", function()
+    local dir = H.tmpdir()
+    write_held(dir)
     local db = dir .. "/r.db"
     local job = H.spawn(H.exe .. " run --db " .. db .. " " .. dir .. "/slow.lua >/dev/null 2>&1")
     H.wait_until("the run's first row", function() return io.open(dir .. "/ready") end)
@@ -408,12 +413,7 @@ describe("resume and point timeout", function()
 
   it("--resume refuses a run another --resume is running (the row kept the first pid)", function()
     local dir = H.tmpdir()
-    H.write(dir .. "/slow.lua", string.format([[
-      vsalab.log{experiment = "slow", kernel = "k"}
-      io.open(%q, "w"):close()
-      local t = vsalab.proc_now()
-      while not io.open(%q) and vsalab.proc_now() - t < 300 do os.execute("sleep 0.05") end
-    ]], dir .. "/ready", dir .. "/release"))
+    write_held(dir)
     local db = dir .. "/r.db"
     H.write(dir .. "/release", "")
     assert.equal(0, (H.vsalab("run --db " .. db .. " " .. dir .. "/slow.lua")))
