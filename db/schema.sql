@@ -1,10 +1,10 @@
 -- schema.sql — the vsalab results database, schema version 1.
 --
 -- Embedded into the binary at build time (cmake/embed.cmake, entry "schema",
--- kind "sql") and run by vsa_db_open() (src/db.c) on an empty database inside
+-- kind "sql") and run by vsa_db_open() (src/storage/db.c) on an empty database inside
 -- one BEGIN IMMEDIATE transaction that also sets PRAGMA user_version = 1.
 -- So this file holds no PRAGMA and no BEGIN/COMMIT. A change to it is a new
--- schema version: bump VSA_DB_SCHEMA_VERSION in src/db.h and add the step
+-- schema version: bump VSA_DB_SCHEMA_VERSION in src/storage/db.h and add the step
 -- from the previous version under db/upgrades/.
 --
 -- Conventions: tables singular, lowercase, STRICT. Times are UTC ISO-8601

@@ -2,7 +2,7 @@
  *
  * Launchers never print or exit: each returns the cudaError_t of its launch
  * (cudaGetLastError after the <<<>>>), and runs on the given stream. Shapes
- * and list conventions are those of src/bsa.h. Pointers are device pointers
+ * and list conventions are those of src/core/bsa.h. Pointers are device pointers
  * (d_ prefix); every tensor is contiguous row-major.
  */
 #ifndef VSA_KERNELS_H
@@ -11,8 +11,8 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
-#include "../src/bsa.h"
-#include "../src/tensor.h"
+#include "bsa.h"
+#include "tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

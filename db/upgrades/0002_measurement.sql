@@ -1,6 +1,6 @@
 -- 0002_measurement.sql — schema version 1 -> 2: what a trustworthy
 -- measurement records (issue "measurements you can trust and compare").
--- Run by vsa_db_open (src/db.c) inside the upgrade transaction that also
+-- Run by vsa_db_open (src/storage/db.c) inside the upgrade transaction that also
 -- sets PRAGMA user_version = 2; a new database gets schema.sql and then
 -- every upgrade in order, so both paths end with the same tables.
 

@@ -1,6 +1,6 @@
 -- 0003_multi.sql — schema version 2 -> 3: sweeps beyond one GPU (issue
 -- "every GPU of a host, and a real cluster through Slurm").
--- Run by vsa_db_open (src/db.c) inside the upgrade transaction that also
+-- Run by vsa_db_open (src/storage/db.c) inside the upgrade transaction that also
 -- sets PRAGMA user_version = 3; a new database gets schema.sql and then
 -- every upgrade in order, so both paths end with the same tables.
 

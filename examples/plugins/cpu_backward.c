@@ -1,5 +1,5 @@
 /* cpu_backward.c — an example vsalab plug-in: the block-sparse attention
- * backward on the CPU, in plain C against src/vsalab_plugin.h alone.
+ * backward on the CPU, in plain C against include/vsalab_plugin.h alone.
  *
  * Build (CMake does it: build/libvsalab_example_cpu.so):
  *   cc -O2 -shared -fPIC -I src examples/plugins/cpu_backward.c -o libmine.so -lm

@@ -1,6 +1,6 @@
 /* cuda_backward.cu — an example vsalab plug-in on the GPU: a plain CUDA
  * block-sparse attention backward (fp32 SIMT, one thread per key for dk/dv
- * and one per query for dq), against src/vsalab_plugin.h alone. It shows
+ * and one per query for dq), against include/vsalab_plugin.h alone. It shows
  * the ABI, not a fast kernel.
  *
  * Build (CMake does it: build/libvsalab_example_cuda.so):

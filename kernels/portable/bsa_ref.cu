@@ -1,6 +1,6 @@
 /* bsa_ref.cu — the reference block-sparse (VSA) attention forward/backward on
  * the GPU: fp32 SIMT arithmetic from bf16 inputs, deterministic, no atomics.
- * Same semantics as src/bsa_ref_cpu.c (see src/bsa.h and tests/CASES.md):
+ * Same semantics as src/core/bsa_ref_cpu.c (see src/core/bsa.h and tests/CASES.md):
  * keys at slot t >= vbs[j] are masked by selection (their K/V rows are also
  * zeroed in shared memory, so whatever the padded slots hold never reaches a
  * product); list entries past a row's count are never read (out-of-range

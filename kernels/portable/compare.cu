@@ -10,7 +10,7 @@
  * then one atomic per field per block: atomicAdd on double (sm_60+) and
  * atomicMax on max_abs's bit pattern as unsigned long long, which orders
  * like the value because every max is >= 0. The summation order varies
- * with the grid, so results agree with src/compare_cpu.c to rounding.
+ * with the grid, so results agree with src/core/compare_cpu.c to rounding.
  *
  * Build: nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a
  *   -gencode=arch=compute_100a,code=sm_100a

@@ -1,5 +1,5 @@
 /* tensor_ops.cu — elementwise device work behind the tensor core
- * (src/tensor.c): fill, dtype conversion and strided gather. Grid-stride
+ * (src/core/tensor.c): fill, dtype conversion and strided gather. Grid-stride
  * loops with 64-bit indices; nothing here is performance critical.
  */
 #include <cuda_bf16.h>

@@ -44,7 +44,7 @@
  * run. dK/dV are summed in list order (deterministic either way); with q
  * chunking, chunk c adds chunk c-1's fp32 partial in order.
  *
- * Semantics as the reference (src/bsa.h): entries outside [0, nq) or the
+ * Semantics as the reference (src/core/bsa.h): entries outside [0, nq) or the
  * chunk's q range are skipped, counts clamped to the width, padded kv rows
  * (>= vbs) zeroed in shared memory and masked, empty lists give exact-zero
  * dK/dV; head dim 128; any B, H, Sq != Skv, odd block counts; 64-bit

@@ -21,7 +21,7 @@
  * Before: Delta = rowsum(dO∘o) and a zeroed dQ accumulator; after:
  * dq = bf16(accumulator · sm_scale). dk carries sm_scale, dv none.
  *
- * Semantics as the reference (src/bsa.h): list entries past a count are
+ * Semantics as the reference (src/core/bsa.h): list entries past a count are
  * never read (entries outside [0, nq) are skipped, counts clamped to the
  * width, so no input faults); padded kv rows (>= vbs) are zeroed in shared
  * memory and masked by selection, so their dk/dv rows are exactly 0 and

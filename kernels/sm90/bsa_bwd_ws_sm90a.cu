@@ -24,7 +24,7 @@
  * order: longest k2q list first within a group of heads, so the grid ends
  * on short lists instead of a tail of long ones.
  *
- * Semantics as v2 (src/bsa.h): entries outside [0, nq) skipped, counts
+ * Semantics as v2 (src/core/bsa.h): entries outside [0, nq) skipped, counts
  * clamped to the width, padded kv rows zeroed in shared memory, empty lists
  * write exact zero dK/dV. Built for sm_90a only; head dim 128.
  */

@@ -97,7 +97,7 @@ function M.sample_ids(n, k, seed)
 end
 
 -- Check a backward's outputs outs = {dq, dk, dv} of problem p against the
--- fp64 oracle (src/oracle.c) given p's o and lse, on the (b, h) slices in
+-- fp64 oracle (src/core/oracle.c) given p's o and lse, on the (b, h) slices in
 -- opts.bh (0-based b·H + h; default first and last) and, per slice, the
 -- dq rows of opts.q_blocks and the dk/dv rows of opts.kv_blocks (lists of
 -- 0-based ids, or counts sampled by sample_ids; default all blocks);

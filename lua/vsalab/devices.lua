@@ -384,7 +384,7 @@ local function nothing_measured(run_id)
     or "no point had a backward to run here, or the sweep had none (see the skip lines above)")
 end
 
--- Entry point (src/main.c, `run --devices`): argv are the arguments after
+-- Entry point (src/cli/main.c, `run --devices`): argv are the arguments after
 -- `run`. Returns the exit status: 0 when every point ran and every worker
 -- ended well, 1 otherwise, 2 for a GPU list that does not match the host.
 function M.main(argv)

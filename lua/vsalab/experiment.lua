@@ -273,7 +273,7 @@ function M.normalise_lists(c)
   return c
 end
 
--- A point's density that problem.build would reject (src/l_bsa.c: (0, 1]
+-- A point's density that problem.build would reject (src/bindings/l_bsa.c: (0, 1]
 -- unless topk is given), raised as a usage error naming the argument before
 -- anything is built or logged: `-a density=2` is a typo, not a failed run.
 -- (Other fields stay the build's to refuse: scripts and reruns build
@@ -289,7 +289,7 @@ end
 
 function M.run(e)
   local device = e.device or "cuda"
-  -- What the tensors take (src/l_args.c): smoke's device=gpu is a typo,
+  -- What the tensors take (src/bindings/l_args.c): smoke's device=gpu is a typo,
   -- refused before --check says the arguments check out.
   if not (device == "cpu" or device == "cuda" or tostring(device):match("^cuda:%d+$")) then
     usage.error(string.format("argument 'device': expected cpu, cuda or cuda:N, got '%s'", tostring(device)))

@@ -1,4 +1,4 @@
--- Plug-in backwards: a shared library built against src/vsalab_plugin.h,
+-- Plug-in backwards: a shared library built against include/vsalab_plugin.h,
 -- dlopened and registered as a backend (README, "Plug-in backends").
 --
 -- load{path=, symbol='vsalab_backward', name=, supported=function(device, p)

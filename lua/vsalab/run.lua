@@ -13,7 +13,7 @@ local json = require "vsalab.json"
 local M = {}
 local state = nil -- {db=, id=}
 local closed = false -- the run was closed: a later log must not begin another
--- src/db.c's busy timeout, and how long a measured row and the run's close
+-- src/storage/db.c's busy timeout, and how long a measured row and the run's close
 -- wait for another writer's lock instead.
 local BUSY_MS, LOCK_WAIT_MS = 5000, 60000
 

@@ -1,12 +1,12 @@
 /* test_builders.c — video block sizes and random top-k lists.
  *
  * The top-k rows are also regenerated here from the derivation documented
- * at the top of src/builders.c (with a 128-bit product instead of the
+ * at the top of src/core/builders.c (with a 128-bit product instead of the
  * builder's 32-bit halves), so the comment and the code cannot drift apart.
  *
  * Build and run (from the repository root):
- *   gcc -std=c11 -O2 -Wall -Wextra -I src tests/c/test_builders.c \
- *     src/builders.c src/check.c -I/usr/local/cuda/include \
+ *   gcc -std=c11 -O2 -Wall -Wextra -I src/core -I src/storage tests/c/test_builders.c \
+ *     src/core/builders.c src/core/check.c -I/usr/local/cuda/include \
  *     -L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt -lm \
  *     -o /tmp/test_builders && /tmp/test_builders
  */

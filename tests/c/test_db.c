@@ -1,8 +1,8 @@
-/* test_db.c — checks for the SQLite layer (src/db.c), no GPU needed.
+/* test_db.c — checks for the SQLite layer (src/storage/db.c), no GPU needed.
  *
  * Build and run from the repository root:
- *   gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -O2 -I src \
- *       -I/usr/local/cuda/include tests/c/test_db.c src/db.c src/check.c \
+ *   gcc -std=c11 -D_GNU_SOURCE -Wall -Wextra -O2 -I src/core -I src/storage \
+ *       -I/usr/local/cuda/include tests/c/test_db.c src/storage/db.c src/core/check.c \
  *       /usr/lib/x86_64-linux-gnu/libsqlite3.a -L/usr/local/cuda/lib64 \
  *       -lcudart_static -lrt -lm -ldl -lpthread -o /tmp/test_db
  *   /tmp/test_db db/schema.sql

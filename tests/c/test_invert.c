@@ -2,8 +2,8 @@
  * list-error reports (codes, positions, message text).
  *
  * Build and run (from the repository root):
- *   gcc -std=c11 -O2 -Wall -Wextra -I src tests/c/test_invert.c \
- *     src/invert_cpu.c src/list_check.c src/check.c \
+ *   gcc -std=c11 -O2 -Wall -Wextra -I src/core -I src/storage tests/c/test_invert.c \
+ *     src/core/invert_cpu.c src/core/list_check.c src/core/check.c \
  *     -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcudart_static \
  *     -ldl -lpthread -lrt -lm -o /tmp/test_invert && /tmp/test_invert
  */

@@ -1,5 +1,5 @@
 /* test_ref_cpu.c — checks the host reference forward/backward
- * (src/bsa_ref_cpu.c) against a brute-force fp64 attention written here:
+ * (src/core/bsa_ref_cpu.c) against a brute-force fp64 attention written here:
  * a dense per-(b, h) mask built from the q2k lists and vbs, then a plain
  * per-row softmax over the valid keys. Shapes are small and ragged: Sq != Skv,
  * B, H > 1, a count-0 q block, a q block whose only kv block is empty
@@ -14,8 +14,8 @@
  * rejected with an error.
  *
  * Build and run:
- *   gcc -std=c11 -O2 -I src tests/c/test_ref_cpu.c src/bsa_ref_cpu.c \
- *     src/check.c -I/usr/local/cuda/include -lm -L/usr/local/cuda/lib64 \
+ *   gcc -std=c11 -O2 -I src/core -I src/storage tests/c/test_ref_cpu.c src/core/bsa_ref_cpu.c \
+ *     src/core/check.c -I/usr/local/cuda/include -lm -L/usr/local/cuda/lib64 \
  *     -lcudart_static -ldl -lpthread -lrt -o /tmp/test_ref && /tmp/test_ref
  */
 #include "bsa.h"

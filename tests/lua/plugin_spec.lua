@@ -1,4 +1,4 @@
--- Plug-in backends (src/vsalab_plugin.h): loading and its refusals, the
+-- Plug-in backends (include/vsalab_plugin.h): loading and its refusals, the
 -- example CPU plug-in checked against the fp64 oracle and through every
 -- CPU case, a wrong plug-in caught, a failing plug-in failing its point
 -- only, and plugin= on the command line through run, rerun and compare.

@@ -95,7 +95,7 @@ def bench_loop(sample, opts):
 def nvml_reading(pci_bus_id):
     """NVML's counters for the GPU at pci_bus_id ("0000:19:00.0", as
     cudaDeviceGetPCIBusId writes it), read through ctypes as vsalab's own
-    src/nvml.c reads them: {energy_j, power_capped_ms, thermal_capped_ms,
+    src/core/nvml.c reads them: {energy_j, power_capped_ms, thermal_capped_ms,
     time_s} (cumulative counters; time_s on the monotonic clock), or None
     where libnvidia-ml.so.1 or the device is missing. A peer brackets its
     timed samples with two readings and passes them as

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device call X (session 9): a lone void held sample is dropped with a
-# warning (src/l_bench.c): the two hold specs of gpu_spec.lua, then the
+# warning (src/bindings/l_bench.c): the two hold specs of gpu_spec.lua, then the
 # devices proof that call W lost to a void sample. Logs under $OUT.
 set -uo pipefail
 B=.gpu-bin/vsalab

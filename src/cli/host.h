@@ -54,7 +54,7 @@ int vsa_host_docall(lua_State *L, int nargs, int nres);
 /* Whether the last error came from SIGINT/SIGTERM. */
 int vsa_host_interrupted(void);
 
-/* An interactive prompt (src/repl.c): line editing and history through
+/* An interactive prompt (src/cli/repl.c): line editing and history through
  * libedit; returns the exit status. */
 int vsa_repl(lua_State *L);
 

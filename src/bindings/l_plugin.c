@@ -1,5 +1,5 @@
 /* l_plugin.c — plug-in backwards: dlopen a shared library built against
- * src/vsalab_plugin.h and call its backward on vsalab tensors (class
+ * include/vsalab_plugin.h and call its backward on vsalab tensors (class
  * "vsa.Plugin"). The Lua side (lua/vsalab/plugin.lua) canonicalises the
  * lists, allocates and poisons the outputs and registers the backend.
  *
@@ -52,13 +52,13 @@ l_plugin_open(lua_State *L)
   abi_fn abi = (abi_fn)dlsym(h, VSALAB_PLUGIN_ABI_SYMBOL);
   if (!abi)
     return vsa_lua_errorf(L, "plugin: '%s' does not export %s(): build it against "
-                             "src/vsalab_plugin.h with VSALAB_PLUGIN_DEFINE(devices, flags)",
+                             "include/vsalab_plugin.h with VSALAB_PLUGIN_DEFINE(devices, flags)",
                           path, VSALAB_PLUGIN_ABI_SYMBOL);
   const vsalab_plugin_info *info = abi();
   if (!info) return vsa_lua_errorf(L, "plugin: %s() of '%s' returned NULL", VSALAB_PLUGIN_ABI_SYMBOL, path);
   if (info->abi_version != VSALAB_PLUGIN_ABI_VERSION)
     return vsa_lua_errorf(L, "plugin: '%s' was built for plug-in ABI version %u, this vsalab "
-                             "speaks version %d: rebuild it against this src/vsalab_plugin.h",
+                             "speaks version %d: rebuild it against this include/vsalab_plugin.h",
                           path, info->abi_version, VSALAB_PLUGIN_ABI_VERSION);
   if (!(info->devices & (VSALAB_PLUGIN_CPU | VSALAB_PLUGIN_CUDA)))
     return vsa_lua_errorf(L, "plugin: '%s' declares no device (VSALAB_PLUGIN_CPU, VSALAB_PLUGIN_CUDA)", path);

@@ -1,7 +1,7 @@
 /* l_bsa.c — Lua bindings for block-sparse attention: metadata builders,
  * q2k -> k2q inversion, the reference forward/backward (CPU and GPU) and
  * the native sm90a backward (the oracle and compare are in l_check.c).
- * Conventions (shapes, lse format, formulas) are those of src/bsa.h; every
+ * Conventions (shapes, lse format, formulas) are those of src/core/bsa.h; every
  * argument error names the argument and what was expected. Block ids inside
  * index tensors are 0-based.
  */

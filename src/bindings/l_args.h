@@ -1,5 +1,5 @@
 /* l_args.h — argument checks and device scratch shared by the Lua bindings
- * (src/l_args.c). Names follow what they check: vsa_arg_shape raises
+ * (src/bindings/l_args.c). Names follow what they check: vsa_arg_shape raises
  * "<name>: expected shape [..], got [..]", and so on. */
 #ifndef VSA_L_ARGS_H
 #define VSA_L_ARGS_H

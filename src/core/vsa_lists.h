@@ -1,6 +1,6 @@
 /* vsa_lists.h — VSA-like block lists on the host: correlated inputs on a
  * video latent, FastVideo's top-k selection from mean-pooled q·kᵀ, and the
- * pair-sharing statistic of a set of lists (src/vsa_lists.c).
+ * pair-sharing statistic of a set of lists (src/core/vsa_lists.c).
  *
  * Token layout (VSA's, and vsalab.video_blocks'): the latent T×Hh×W is cut
  * into tT×tH×tW tiles (volume 64); tile (it, ih, iw) is block

@@ -1,4 +1,4 @@
-/* l_vsa_lists.c — Lua bindings for VSA-like lists (src/vsa_lists.h):
+/* l_vsa_lists.c — Lua bindings for VSA-like lists (src/core/vsa_lists.h):
  * vsalab.smooth_latent, vsalab.vsa_topk, vsalab.list_sharing. The work
  * runs on host threads; CUDA tensors are copied to the host and back (a few
  * GB/s, seconds at Wan 720P H40), so CPU and CUDA give the same results
@@ -78,7 +78,7 @@ host_copy(lua_State *L, vsa_tensor *t)
 /* vsalab.smooth_latent(x, {latent={T,H,W}, ell=, tile={4,4,4}, threads=})
  *   -> x: bf16 [B, H, S, D] white noise in VSA's tile-major token order,
  *   S = 64 · blocks of the latent, replaced in place by the correlated field
- *   of vsa_smooth_latent (src/vsa_lists.h). */
+ *   of vsa_smooth_latent (src/core/vsa_lists.h). */
 static int
 l_smooth_latent(lua_State *L)
 {
@@ -136,7 +136,7 @@ vbs_field(lua_State *L, int idx, const char *name, int64_t n)
 /* vsalab.vsa_topk{q=, k=, topk= | density=, width=topk, latent={T,H,W}
  *   (tile=) | variable_block_sizes=, q_variable_block_sizes=, threads=}
  *   -> q2k_idx [B,H,nq,width] i32, q2k_num [B,H,nq] i32, topk, on q's
- *   device: FastVideo's selection (vsa_build_vsa_topk in src/vsa_lists.h). */
+ *   device: FastVideo's selection (vsa_build_vsa_topk in src/core/vsa_lists.h). */
 static int
 l_vsa_topk(lua_State *L)
 {
@@ -243,7 +243,7 @@ l_vsa_topk(lua_State *L)
 /* vsalab.list_sharing(q2k_idx, q2k_num, num_kv_blocks) -> sharing (nil
  *   when no kv block with a partner is selected), counted: the mean over
  *   (b, h, kv block j) of |k2q(j) ∩ k2q(j xor 1)| / |k2q(j)|
- *   (vsa_list_sharing in src/vsa_lists.h). */
+ *   (vsa_list_sharing in src/core/vsa_lists.h). */
 static int
 l_list_sharing(lua_State *L)
 {

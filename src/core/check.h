@@ -21,7 +21,7 @@ int vsa_fail_cuda(cudaError_t e, const char *what, const char *file, int line);
  * that can free memory retry then). */
 int vsa_last_error_is_oom(void);
 
-/* Set by the host's signal handlers (src/host.c): an interrupt (the
+/* Set by the host's signal handlers (src/cli/host.c): an interrupt (the
  * signal's number: SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE; 0 when none)
  * or the --point-timeout timer. Long host loops call vsa_poll_stop() every
  * few million elements. */

@@ -1,5 +1,5 @@
 /* l_check.c — Lua bindings that judge outputs: the fp64 oracle
- * (src/oracle.c) and compare (relative L2, max abs, NaN/Inf counts; on the
+ * (src/core/oracle.c) and compare (relative L2, max abs, NaN/Inf counts; on the
  * GPU through kernels/compare.cu). Argument checks come from l_args.h.
  */
 #include <math.h>
@@ -97,7 +97,7 @@ field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
 /* vsalab.oracle{q=, k=, v=, dO=, q2k_idx=, q2k_num=, variable_block_sizes=,
  *   o=?, lse=?, sm_scale=?, bh=?, q_blocks=?, kv_blocks=?}
  *   -> {o=, lse=, dq=, dk=, dv=}: f64 CPU tensors (dq, dk carry sm_scale).
- * fp64 brute force on the host (src/oracle.c). With o/lse given it computes
+ * fp64 brute force on the host (src/core/oracle.c). With o/lse given it computes
  * the backward of those (the backward's contract) and returns them as its
  * o/lse (f64 copies); otherwise its own forward. sm_scale in [1e-30, 1e30]. bh (0-based b*H+h), q_blocks and kv_blocks restrict the work to
  * a spot check; rows not produced stay NaN. */

@@ -1,4 +1,4 @@
-/* vsa_lists.c — VSA-like block lists, honestly generated (src/vsa_lists.h).
+/* vsa_lists.c — VSA-like block lists, honestly generated (src/core/vsa_lists.h).
  *
  * Real VSA lists come from data with spatial structure: FastVideo mean-pools
  * q and k over 4×4×4 tiles of the video latent and keeps, for each q tile,

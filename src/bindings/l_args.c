@@ -1,5 +1,5 @@
 /* l_args.c — argument checks and device scratch shared by the Lua bindings
- * of src/l_bsa.c and src/l_check.c (declared in l_args.h). Every check
+ * of src/bindings/l_bsa.c and src/bindings/l_check.c (declared in l_args.h). Every check
  * raises a Lua error naming the argument and what was expected.
  */
 #include "l_args.h"
