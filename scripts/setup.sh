@@ -8,7 +8,7 @@ case "${1:-}" in
   -h|--help)
     echo "usage: scripts/setup.sh [extra cmake args...]"
     echo "install the missing Debian packages and the test-only NVIDIA wheels (.deps/py),"
-    echo "then configure and build vsalab into build/ (README.md, \"The two commands\")"
+    echo "then configure and build vsalab into build/ (docs/cli.md, \"Setting up\")"
     exit 0 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -54,4 +54,20 @@ if [ ! -x .deps/py/nvidia/cu13/bin/cuobjdump ] || [ ! -d .deps/py/cutlass_librar
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-cmake --build build -j"$(nproc)"
+# VSALAB_BUILD_LOG=FILE (scripts/test.sh sets it): the compiler's output
+# (mostly ptxas resource notes, hundreds of lines) goes to FILE; one line
+# says how the build went, and a failed build shows the log's last lines.
+if [ -n "${VSALAB_BUILD_LOG:-}" ]; then
+  mkdir -p "$(dirname "$VSALAB_BUILD_LOG")"
+  echo "setup: building into build/ (compiler output in $VSALAB_BUILD_LOG)"
+  if cmake --build build -j"$(nproc)" >"$VSALAB_BUILD_LOG" 2>&1; then
+    echo "setup: build ok"
+  else
+    echo "setup: build FAILED; the last lines of $VSALAB_BUILD_LOG:" >&2
+    tail -n 40 "$VSALAB_BUILD_LOG" >&2
+    echo "setup: build FAILED (the whole log: $VSALAB_BUILD_LOG)" >&2
+    exit 1
+  fi
+else
+  cmake --build build -j"$(nproc)"
+fi
