@@ -1,5 +1,5 @@
 # Writes OUT (git_rev.h) with the project revision, "-dirty" when tracked
-# files differ from HEAD. Runs at every build, so the binary never carries a
+# files differ from HEAD. Runs at every build, so the binary never holds a
 # stale revision; the file is only rewritten when the text changes.
 execute_process(COMMAND git -C ${ROOT} rev-parse --short=12 HEAD
                 OUTPUT_VARIABLE rev OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)

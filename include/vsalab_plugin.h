@@ -27,7 +27,7 @@
  *     ordinal and every `data` is a DEVICE pointer on that GPU, the current
  *     device at the call.
  *   - Inputs (read only): q, o, dO [B,H,Sq,D] bf16; k, v [B,H,Skv,D] bf16;
- *     lse [B,H,Sq] f32 in Triton's base-2 "M format" (vsalab README,
+ *     lse [B,H,Sq] f32 in Triton's base-2 "M format" (vsalab docs/lua-api.md,
  *     "Conventions"); variable_block_sizes [nkv] i32 in [0, 64]: key t of kv
  *     block j is valid iff t mod 64 < vbs[j]; q2k_idx [B,H,nq,nkv] i32 and
  *     q2k_num [B,H,nq] i32; k2q_idx [B,H,nkv,nq] i32 and k2q_num [B,H,nkv]
@@ -38,7 +38,7 @@
  *     nothing has count 0.
  *   - Outputs (write every element): dq [B,H,Sq,D], dk, dv [B,H,Skv,D], bf16.
  *     vsalab fills them with NaN before a checked call, so an element the
- *     plug-in misses fails the check. dq and dk carry sm_scale. A kv block
+ *     plug-in misses fails the check. dq and dk include sm_scale. A kv block
  *     nothing selects must get dk = dv = 0; a q row with no valid key dq = 0.
  *   - Formulas (FlashAttention-2's, base 2 as in Triton's VSA kernel):
  *     P = exp2(s*sm_scale*log2(e) - lse) on valid keys of selected blocks,

@@ -4,7 +4,7 @@
 #   scripts/main-job.sh [vsalab run options] [script args]
 # Script args are the experiment's: axis overrides and key=value options,
 # e.g.  -a H=40 -a density=[0.1,0.25]   kernels=all   reference=timed
-# (README.md, "Experiments"). By default the native kernel of this GPU is
+# (docs/experiments.md). By default the native kernel of this GPU is
 # timed and spot-checked against the fp64 oracle at 6 points.
 set -euo pipefail
 case "${1:-}" in
@@ -14,8 +14,8 @@ case "${1:-}" in
     echo "                           [--resume RUN] [--check] [script args...]"
     echo "set up and build (scripts/setup.sh), then run experiments/wan720p.lua on this"
     echo "machine's GPU into results.db (or PATH); the options are vsalab run's, script"
-    echo "args the experiment's: -a axis overrides and key=value options (README.md,"
-    echo "\"Experiments\")"
+    echo "args the experiment's: -a axis overrides and key=value options"
+    echo "(docs/experiments.md)"
     exit 0 ;;
 esac
 # vsalab run's options (--db, --seed, --timing, ...) come first and go

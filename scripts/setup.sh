@@ -14,7 +14,7 @@ esac
 cd "$(dirname "$0")/.."
 
 need=()
-# sqlite3: the CLI README.md's queries use; tmux and chromium drive the REPL
+# sqlite3: the CLI docs/db.md's queries use; tmux and chromium drive the REPL
 # and report tests.
 for pkg in cmake pkg-config gcc libluajit-5.1-dev libsqlite3-dev sqlite3 lua-busted libedit-dev tmux chromium; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")

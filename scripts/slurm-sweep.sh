@@ -58,7 +58,7 @@ while [ $# -gt 0 ]; do
       sbatch_args+=("$2"); shift 2 ;;
     --dry-run) dry=1; shift ;;
     --db|--shard|--sweep-id) die "$1 is set by this script (each shard gets its own DB and slice)" ;;
-    --resume) die "--resume continues one run in one DB: resume a failed shard by hand (README.md)" ;;
+    --resume) die "--resume continues one run in one DB: resume a failed shard by hand (docs/cluster.md)" ;;
     --) shift; break ;;
     -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     # vsalab run's options, passed to every shard.
@@ -103,7 +103,7 @@ out=$(abs "$out")
 # double-quoted shell words): a space, quote, $, `, \ or % there would break
 # them on the cluster, after the shards measured, or run as commands.
 plain='^[A-Za-z0-9._/+:@,=~-]+$'
-[[ "$out" =~ $plain ]] || die "--out expects a path of letters, digits and ._/+:@,=~- (the batch scripts carry it), got '$out'"
+[[ "$out" =~ $plain ]] || die "--out expects a path of letters, digits and ._/+:@,=~- (the batch scripts hold it), got '$out'"
 [[ "$PWD" =~ $plain ]] || die "run it from a directory whose path has only letters, digits and ._/+:@,=~- (the batch scripts chdir there), not '$PWD'"
 # The default job name comes from the script's file name, and goes into an
 # #SBATCH line: a newline there would end the #SBATCH block and run the

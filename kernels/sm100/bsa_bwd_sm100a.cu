@@ -22,7 +22,7 @@
  * (standard attention backward, FlashAttention-2 Alg. 2, with Triton's
  * base-2 lse). In this orientation P and dS are the B operand of the dV/dK
  * GEMMs, which the ISA takes from shared memory only; the A-from-TMEM form
- * carries dS into dQ. Q2/dO2 are the step's two 64-row blocks stacked; an
+ * feeds dS into dQ. Q2/dO2 are the step's two 64-row blocks stacked; an
  * odd last step loads its one block twice and masks the second half.
  *
  * Warp roles (384 threads):

@@ -19,7 +19,7 @@
  *                    postprocess reads back in order.
  * Q_i, dO_i, lse_i, Delta_i stream through a two-stage cp.async ring.
  * Before: Delta = rowsum(dO∘o) and a zeroed dQ accumulator; after:
- * dq = bf16(accumulator · sm_scale). dk carries sm_scale, dv none.
+ * dq = bf16(accumulator · sm_scale). dk includes sm_scale, dv does not.
  *
  * Semantics as the reference (src/core/bsa.h): list entries past a count are
  * never read (entries outside [0, nq) are skipped, counts clamped to the

@@ -5,7 +5,7 @@
 -- timed=function(p, outs) -> fn (optional: a closure that reruns the kernel
 -- into outs without allocating or poisoning, for kernel-only timing),
 -- bench_opts={...}}, where p is a problem (vsalab.problem.build) and dq, dk
--- carry sm_scale. Experiments and the CASES runner iterate over
+-- include sm_scale. Experiments and the CASES runner iterate over
 -- backends.available(device, p), so a new kernel plugs in everywhere by one
 -- register{} call. Kernels from outside vsalab come in the same way:
 -- load{} (a plug-in library, lua/vsalab/plugin.lua), external{} (another
@@ -72,7 +72,7 @@ function M.restore(origin)
   if origin.kind == "plugin" then
     local b = M.load{path = origin.path, symbol = origin.symbol, name = origin.name}
     -- Rebuilt since (the usual reason to rerun a plug-in): say so, since
-    -- the new rows time the library as it is now (their rows carry its hash).
+    -- the new rows time the library as it is now (their rows record its hash).
     local now = b.origin.sha256
     if type(origin.sha256) == "string" and now and now ~= origin.sha256 then
       io.stderr:write(string.format("rerun: plug-in %s changed since it was measured (sha256 %s then, "
@@ -232,7 +232,7 @@ end
 local function sm100a(name, emulate, det, description, variant_of)
   native({name = name, description = description, variant_of = variant_of,
     emulated = emulate, deterministic_dq = det, supported = sm100a_supported(emulate),
-    -- The emulation is checked, not timed: one call (rows carry no TFLOPS).
+    -- The emulation is checked, not timed: one call (rows hold no TFLOPS).
     bench_opts = emulate and {warmup = 0, repeats = 1} or nil},
     "backward_sm100a", {deterministic = det, emulate = emulate})
 end

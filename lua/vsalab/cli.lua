@@ -1,7 +1,7 @@
 -- cli.lua — what the results commands (runs, show, query, compare, report,
 -- rerun) share: the option loop and the read-only open of the results DB.
 -- Problems are printed to stderr as "vsalab CMD: ..." and the helpers return
--- nil; the commands then exit 2 (README.md, "Exit status"). --help or -h
+-- nil; the commands then exit 2 (docs/cli.md, "Exit status"). --help or -h
 -- prints the command's usage on stdout: parse then returns nil, 0 (exit 0).
 local core = require "vsalab.core"
 

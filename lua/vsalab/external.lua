@@ -1,6 +1,6 @@
 -- External backends: a backward that runs in another process (a Python
 -- kernel, another framework), handed the point's exact inputs as .npy files
--- and checked and logged like vsalab's own (README, "External backends").
+-- and checked and logged like vsalab's own (docs/peers.md, "External backends").
 --
 -- external{name=, cmd={"python3", "peer.py", ...}, supported=function(device,
 --   p) -> ok, why, description=, bench_opts=, keep=false} -> the backend.
@@ -273,7 +273,7 @@ M.peers = {
     description = "FastVideo's public Triton VSA backward and inversion (.peer/, external)",
     needs = {"tests/gpu/peers/triton_peer.py", ".peer/fastvideo_triton/block_sparse_attn_triton.py",
       ".peer/fastvideo_triton/index.py"},
-    hint = "run tests/gpu/fetch_peer.sh (and carry .peer to the GPU machine)",
+    hint = "run tests/gpu/fetch_peer.sh (and copy .peer/ to the GPU host)",
     device = "cuda", D = {64, 128},
   },
   numpy = {

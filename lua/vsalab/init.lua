@@ -3,7 +3,7 @@
 -- The C core (vsalab.core: tensors, cuRAND, builders, inversion, reference
 -- kernels, oracle, compare, timing, SQLite) is re-exported here unchanged;
 -- the pure-Lua modules add statistics, checks, the backward registry, the
--- CASES runner, run bookkeeping and printing. README.md documents the API.
+-- CASES runner, run bookkeeping and printing. docs/lua-api.md documents the API.
 local core = require "vsalab.core"
 
 local M = {}
@@ -68,7 +68,7 @@ M.json = require "vsalab.json"
 M.sweep = require "vsalab.sweep"
 
 -- Lazily loaded: the case runner is only needed by tests; the experiment
--- flow (vsalab.experiment.run, as README.md names it) by scripts that
+-- flow (vsalab.experiment.run, as docs/experiments.md names it) by scripts that
 -- sweep, and it requires modules that read vsalab.context.
 local lazy = {cases = "vsalab.cases", experiment = "vsalab.experiment"}
 setmetatable(M, {__complete = {"cases", "experiment"}, __index = function(t, k)

@@ -1,5 +1,5 @@
 -- Plug-in backwards: a shared library built against include/vsalab_plugin.h,
--- dlopened and registered as a backend (README, "Plug-in backends").
+-- dlopened and registered as a backend (docs/peers.md, "Plug-in backends").
 --
 -- load{path=, symbol='vsalab_backward', name=, supported=function(device, p)
 --   -> ok, why, description=, bench_opts=, user_data=} -> the backend.

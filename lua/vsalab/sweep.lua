@@ -17,7 +17,7 @@
 --
 -- Points are the cartesian product of the axes (first axis slowest), times
 -- each row of a zipped group (coupled parameters that move together), plus
--- the fixed parameters. Each point carries a stable `hash` (FNV-1a of its
+-- the fixed parameters. Each point has a stable `hash` (FNV-1a of its
 -- sorted key=value text: the same point gets the same hash in every run).
 -- Command-line overrides use nvbench's grammar:
 --   -a name=value   -a name=[v1,v2,...]   -a name=[start:stop]

@@ -6,7 +6,7 @@
 --
 -- raises a table {usage = true, message = text} (tostring gives the text).
 -- The host prints the message without a traceback and exits 2
--- (README.md, "Exit status"); pcall, tostring and string matching on it
+-- (docs/cli.md, "Exit status"); pcall, tostring and string matching on it
 -- work as on a plain message. usage.wrap(fn, ...) calls fn and turns a
 -- plain string error into a usage error (for checks written with error()).
 local M = {}

@@ -426,7 +426,7 @@ l_bench_raw(lua_State *L)
         /* A function that synchronises voids every sample: the second void
          * one is an error. A single void sample has been seen now and then
          * on the H200 in runs whose timed function never synchronises
-         * (kernels/NOTES.md, session 9): dropped with a warning that says
+         * (kernels/NOTES.md, v3.6): dropped with a warning that says
          * how long the call held the host, not the end of the run. */
         if (++voids > 1)
           vsa_lua_errorf(L, "bench: the timed function waited on the GPU while the stream was "

@@ -563,7 +563,7 @@ out_buffers(lua_State *L, const char *fn, const bwd_args *a, vsa_dtype dt,
 /* vsalab.backward_ref(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out_dtype='bf16',
  *   out={dq, dk, dv}, poison=true, validate=true}])
- *   -> dq [B,H,Sq,D], dk, dv [B,H,Skv,D] (bf16 or f32; dq and dk carry
+ *   -> dq [B,H,Sq,D], dk, dv [B,H,Skv,D] (bf16 or f32; dq and dk include
  *   sm_scale). The k2q lists are inverted to q2k (which the dq pass uses)
  *   and back, so dk/dv sum their q blocks in ascending order whatever the
  *   lists' order.

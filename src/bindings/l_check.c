@@ -96,7 +96,7 @@ field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
 
 /* vsalab.oracle{q=, k=, v=, dO=, q2k_idx=, q2k_num=, variable_block_sizes=,
  *   o=?, lse=?, sm_scale=?, bh=?, q_blocks=?, kv_blocks=?}
- *   -> {o=, lse=, dq=, dk=, dv=}: f64 CPU tensors (dq, dk carry sm_scale).
+ *   -> {o=, lse=, dq=, dk=, dv=}: f64 CPU tensors (dq, dk include sm_scale).
  * fp64 brute force on the host (src/core/oracle.c). With o/lse given it computes
  * the backward of those (the backward's contract) and returns them as its
  * o/lse (f64 copies); otherwise its own forward. sm_scale in [1e-30, 1e30]. bh (0-based b*H+h), q_blocks and kv_blocks restrict the work to

@@ -1,5 +1,5 @@
 /* l_npy.c — tensors to and from NumPy .npy files (format version 1.0 written,
- * 1.0–3.0 read), the exchange format of external backends (README,
+ * 1.0–3.0 read), the exchange format of external backends (docs/peers.md,
  * "External backends"): numpy.load and torch read them as they are.
  *
  *   vsalab.npy_save(path, t) -> bytes written. Any device (copied to the

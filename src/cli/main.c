@@ -77,13 +77,13 @@ static const char usage[] =
     "is available to this project; VSALAB_SM100_EMU=1 adds its emulation on a\n"
     "compute capability 9.0 GPU as the test backend sm100a-emu).\n"
     "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
-    "The `vsalab` module is loaded as a global; README.md documents its API.\n";
+    "The `vsalab` module is loaded as a global; docs/lua-api.md documents its API.\n";
 
 /* `run --help`, `repl --help`: printed on stdout, exit 0. */
 static const char run_usage[] =
     "usage: vsalab run [options] SCRIPT [args...]\n"
     "runs a Lua script with the vsalab module loaded; experiments take -a axis\n"
-    "overrides and key=value options after SCRIPT (README.md, \"Command line\").\n"
+    "overrides and key=value options after SCRIPT (docs/cli.md, docs/experiments.md).\n"
     "\n"
     "options (before SCRIPT):\n" RUN_OPTIONS;
 static const char repl_usage[] =

@@ -298,7 +298,7 @@ vsa_repl(lua_State *L)
     "  if type(v) == 'function' then return function(_, ...) return v(d, ...) end end\n"
     "  return v\n"
     "end})");
-  /* How results print: query results (db:q rows, which carry .columns) as
+  /* How results print: query results (db:q rows, which have .columns) as
    * an aligned table, everything else through print (tensors summarise
    * themselves). Kept in the registry, out of the user's globals. */
   (void)luaL_dostring(L,

@@ -4,7 +4,7 @@
  * embedded into the binary; its version lives in PRAGMA user_version.
  * Every function returns 0 on success or -1 after recording a message with
  * vsa_fail() (check.h); messages start with "db '<path>':" and, for SQLite
- * failures, carry sqlite3_errmsg and the SQL of the failing statement.
+ * failures, include sqlite3_errmsg and the SQL of the failing statement.
  *
  * Durability: each write (a run row, a result row with its error rows) is its
  * own transaction, committed before the function returns. A process that

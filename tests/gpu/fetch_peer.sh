@@ -2,12 +2,12 @@
 # fetch_peer.sh — extract FastVideo's public Triton VSA kernels (the measuring
 # stick of docs/ANCHORS.md) from a git mirror into .peer/fastvideo_triton/:
 #   tests/gpu/fetch_peer.sh [MIRROR_GIT_DIR] [REV]
-# MIRROR_GIT_DIR: a FastVideo git directory (the one the fetch tool returns for
-#   github:hao-ai-lab/FastVideo; default below). REV: a commit or ref (HEAD).
+# MIRROR_GIT_DIR: a FastVideo git directory (a clone or mirror of
+#   github:hao-ai-lab/FastVideo). REV: a commit or ref (HEAD).
 # Only two files are taken; both import nothing but torch, triton (and the
 # standard library), so the folder is self-contained. .peer/ is git-ignored:
 # never commit it; the product never depends on it. To use it on the GPU
-# machine, carry it: run(carry: [".peer"], command: "python3 tests/gpu/triton_peer.py").
+# host, copy .peer/ there with the tree and run python3 tests/gpu/triton_peer.py.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mirror=${1:-/work/.mirror/hao-ai-lab+FastVideo/repo}

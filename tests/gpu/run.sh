@@ -8,7 +8,7 @@
 # plugin: the example CUDA plug-in (cases, graph capture, a sweep beside
 # sm90a, a faulting plug-in). peers: seed_sweep peers=triton, sm90a and
 # Triton on identical inputs in one run (needs .peer/ from
-# tests/gpu/fetch_peer.sh, carried; PEERS_ARGS passes seed_sweep overrides).
+# tests/gpu/fetch_peer.sh on this host; PEERS_ARGS passes seed_sweep overrides).
 # sm100emu: the Blackwell backward's source on this GPU over the emulated
 # tcgen05 layer (ladder rungs 1-2 with wgmma cross-checks, every kernel
 # path against the reference, 20 bitwise launches, every CASES case).

@@ -1,7 +1,7 @@
 -- GPU specs for VSA-like lists (tag `gpu`; tests/gpu/run.sh specs): CUDA
 -- tensors give the CPU's bits for the same input bits, and a CUDA problem
 -- of a seed has (nearly) the CPU problem's lists — they differ only where
--- cuRAND's host and device normals round differently (README).
+-- cuRAND's host and device normals round differently (docs/lua-api.md, "VSA-like lists").
 local H = require "helpers"
 local problem = require "vsalab.problem"
 

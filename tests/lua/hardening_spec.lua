@@ -1125,11 +1125,16 @@ vsalab.log{experiment = "mine", kernel = "x"}]],
   end)
 end)
 
-describe("a kernel engineer's findings: the API paths README.md names", function()
+describe("a kernel engineer's findings: the API paths README.md and docs/ name", function()
   it("resolve in a script: vsalab.experiment.run, vsalab.X.Y", function()
-    local f = assert(io.open(H.root .. "/README.md"))
-    local text = f:read("*a")
-    f:close()
+    local parts = {}
+    for _, doc in ipairs{"README.md", "docs/lua-api.md", "docs/experiments.md", "docs/peers.md",
+        "docs/cluster.md", "docs/cli.md", "docs/db.md", "docs/kernels.md", "docs/tests.md"} do
+      local f = assert(io.open(H.root .. "/" .. doc), doc)
+      parts[#parts + 1] = f:read("*a")
+      f:close()
+    end
+    local text = table.concat(parts, "\n")
     local seen, n = {}, 0
     for path in text:gmatch("`(vsalab%.[%w_]+%.[%w_]+)") do
       if not seen[path] then

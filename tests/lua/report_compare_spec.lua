@@ -103,7 +103,7 @@ describe("vsalab report A B", function()
     db2:close()
     local rc, html, msg = report(id .. ":reference " .. id .. ":mine")
     assert.equal(0, rc, msg)
-    -- Both tables carry the list kind; the chart has a series per kind.
+    -- Both tables show the list kind; the chart has a series per kind.
     html = html:sub(1, (html:find("<h2>Run ", 1, true))) -- the comparison view alone
     local _, vsa = html:gsub('<td class="l">vsa:2</td>', "")
     local _, random = html:gsub('<td class="l">random</td>', "")

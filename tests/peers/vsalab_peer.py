@@ -1,5 +1,5 @@
 """vsalab_peer.py — the peer side of vsalab's external-backend protocol
-(version 1; lua/vsalab/external.lua and README "External backends" define it).
+(version 1; lua/vsalab/external.lua and docs/peers.md define it).
 
 vsalab runs `CMD... DIR`; DIR holds the point's inputs as .npy files and
 job.json. A peer reads them (load_job, load_inputs), computes dq/dk/dv,

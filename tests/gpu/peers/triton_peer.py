@@ -7,7 +7,7 @@ point's exact inputs into DIR and runs
 
 (`peers=triton` in seed_sweep / wan720p). Needs torch, triton and numpy, and
 the peer files in the git-ignored .peer/fastvideo_triton/ (tests/gpu/fetch_peer.sh;
-carry .peer to the GPU machine). Never committed; vsalab reports the backend
+copy .peer/ to the GPU host). Never committed; vsalab reports the backend
 unavailable, with the reason, when they are absent.
 
 What runs: the peer's own inversion (idx.invert_indices) of vsalab's q2k
@@ -44,7 +44,7 @@ PEER_DIR = os.environ.get("VSALAB_TRITON_PEER_DIR", os.path.join(ROOT, ".peer", 
 
 def load_peer():
     if not os.path.isfile(os.path.join(PEER_DIR, "block_sparse_attn_triton.py")):
-        print(f"triton_peer: no peer files in {PEER_DIR}: run tests/gpu/fetch_peer.sh and carry .peer",
+        print(f"triton_peer: no peer files in {PEER_DIR}: run tests/gpu/fetch_peer.sh and copy .peer/ here",
               file=sys.stderr)
         sys.exit(2)
     sys.path.insert(0, os.path.dirname(PEER_DIR))
