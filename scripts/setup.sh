@@ -8,7 +8,7 @@ case "${1:-}" in
   -h|--help)
     echo "usage: scripts/setup.sh [extra cmake args...]"
     echo "install the missing Debian packages and the test-only NVIDIA wheels (.deps/py),"
-    echo "then configure and build vsalab into build/ (docs/cli.md, \"Setting up\")"
+    echo "then configure and build vsalab into build/ (docs/cli.md, \"Setting up: the scripts\")"
     exit 0 ;;
 esac
 cd "$(dirname "$0")/.."
