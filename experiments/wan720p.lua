@@ -13,7 +13,7 @@
 -- timed and checked against the fp64 oracle on sampled heads and blocks
 -- (the full fp64 reference would take hours at this size). Rows go to the
 -- results DB (--db) as they finish.
--- kernels=all adds the other backwards (sm90a-det, sm90a-v4, sm90a-v4-det,
+-- kernels=all adds the other backwards (sm90a-fp32, sm90a-v4, sm90a-v4-fp32,
 -- sm90a-v2, sm90a-atomic, the emulated sm100a check with VSALAB_SM100_EMU=1)
 -- and the timed reference backward (4.6 s a call at H40 25%: the slow part
 -- of a full run); kernels=sm90a,sm90a-v2 picks some; reference=timed adds

@@ -54,6 +54,7 @@
 #include <cuda_bf16.h>
 
 #include "../common/async_copy.cuh"
+#include "../common/block_expand.h"
 #include "../common/bwd_prep.h"
 #include "../kernels.h"
 #include "tcgen05.cuh"
@@ -681,7 +682,8 @@ map_scratch(const vsa_shape *s, int q_chunk, int ctas)
 extern "C" size_t
 SM100_FN(bsa_backward_sm100a_scratch_bytes)(const vsa_shape *s, int q_chunk, int sm_count)
 {
-  return map_scratch(s, q_chunk, sm_count).total;
+  // At block 128: the 64-token view's scratch, then the expanded lists.
+  return map_scratch(s, q_chunk, sm_count).total + vsa_bwd::block128_extra_bytes(s);
 }
 
 extern "C" size_t
@@ -709,6 +711,20 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
                               void *d_scratch, uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
                               int deterministic, int q_chunk, int sm_count, cudaStream_t stream)
 {
+  if (vsa_bwd::block_of(s) == 128) {
+    // Block 128 on the 64-token kernel: sub-block lists, one kv sub-block
+    // a CTA (a native 128-token kernel is future work: kernels/NOTES.md).
+    vsa_shape s64;
+    vsa_bwd::expanded_lists x;
+    void *tail = static_cast<char *>(d_scratch) + map_scratch(s, q_chunk, sm_count).total;
+    cudaError_t e = vsa_bwd::as_64_token(s, d_k2q_idx, d_k2q_num, k2q_width, d_vbs, tail, &s64,
+                                         &x, stream);
+    if (e != cudaSuccess) return e;
+    return SM100_FN(bsa_backward_sm100a)(&s64, d_dO, d_q, d_k, d_v, d_o, d_lse, x.k2q_idx,
+                                         x.k2q_num, x.width, x.vbs, d_scratch, d_dq, d_dk, d_dv,
+                                         deterministic, q_chunk, sm_count, stream);
+  }
+  if (vsa_bwd::block_of(s) != 64) return cudaErrorInvalidValue;
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->Sq <= 0 || s->Skv <= 0 || k2q_width < 1 ||
       sm_count < 1)
     return cudaErrorInvalidValue;

@@ -34,6 +34,7 @@
 #include <cuda_bf16.h>
 
 #include "../kernels.h"
+#include "../common/block_expand.h"
 #include "../common/bwd_prep.h"
 #include "sm90_bwd_pair.cuh"
 #include "sm90_bwd_ws.h"
@@ -194,14 +195,21 @@ kv_acc_offset(int64_t rows, int64_t kv_rows, int64_t BH, int64_t nkv)
   return (b + 255) & ~(size_t)255;
 }
 
-extern "C" size_t
-bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk)
+static size_t
+scratch_bytes_64(const vsa_shape *s, int q_chunk)
 {
   int64_t BH = (int64_t)s->B * s->H, rows = BH * s->Sq, kv_rows = BH * s->Skv;
   size_t bytes = kv_acc_offset(rows, kv_rows, BH, s->Skv / BLK);
   if (vsa_bwd::chunk_count(s->Sq / BLK, q_chunk) > 1) // dK/dV partials and their order counters
     bytes += (size_t)kv_rows * 2 * D * sizeof(float) + (size_t)(kv_rows / BLK) * sizeof(int);
-  return bytes;
+  return (bytes + 255) & ~(size_t)255;
+}
+
+/* At block 128, the 64-token view's scratch, then the expanded lists. */
+extern "C" size_t
+bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk)
+{
+  return scratch_bytes_64(s, q_chunk) + vsa_bwd::block128_extra_bytes(s);
 }
 
 extern "C" cudaError_t
@@ -213,6 +221,23 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
                    vsa_sm90a_variant variant, int deterministic, int q_chunk,
                    cudaStream_t stream)
 {
+  if (vsa_bwd::block_of(s) == 128) {
+    // Block 128: the 64-token sub-block lists (one small launch), then the
+    // kernel whose CTA owns both 64-row halves of a kv block (v4): the two
+    // halves select the same q tiles, so every Q/dO tile is loaded once
+    // and its dQ reduced once for 128 kv rows (kernels/NOTES.md, v5).
+    vsa_shape s64;
+    vsa_bwd::expanded_lists x;
+    void *tail = static_cast<char *>(d_scratch) + scratch_bytes_64(s, q_chunk);
+    cudaError_t e = vsa_bwd::as_64_token(s, d_k2q_idx, d_k2q_num, k2q_width, d_vbs, tail, &s64,
+                                         &x, stream);
+    if (e != cudaSuccess) return e;
+    if (variant == VSA_SM90A_WS) variant = VSA_SM90A_KV2;
+    return bsa_backward_sm90a(&s64, d_dO, d_q, d_k, d_v, d_o, d_lse, x.k2q_idx, x.k2q_num,
+                              x.width, x.vbs, d_scratch, d_dq, d_dk, d_dv, variant,
+                              deterministic, q_chunk, stream);
+  }
+  if (vsa_bwd::block_of(s) != 64) return cudaErrorInvalidValue;
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->B * s->H > 65535 || k2q_width < 1)
     return cudaErrorInvalidValue;
   const bool ws = variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2; // TMA producer kernels

@@ -496,7 +496,7 @@ function M.hash_of(c)
 end
 
 -- Power and thermal capping during a timed burst. The H200 holds 1980 MHz
--- for a short burst, but a backward at its power edge (sm90a-det at 16k)
+-- for a short burst, but a backward at its power edge (sm90a-fp32 at 16k)
 -- meets the 700 W cap within tens of milliseconds, depending on how the
 -- card's power controller stands when the burst starts: the same point then
 -- times 1.49 to 1.64 ms in different processes (kernels/NOTES.md, "Timing
@@ -778,7 +778,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
         r.extra = {latent = p.latent, q_blocks = res.q_blocks, kv_blocks = res.kv_blocks,
           clock = bst.clock, seed = p.seed, point = M.point_of(c), stop = bst.stop,
           lists = p.lists, sharing = p.sharing, backend = b.origin, peer = bst.peer,
-          capped_ms = capped, cap_retries = retries > 0 and retries or nil,
+          deterministic = b.deterministic_dq, capped_ms = capped, cap_retries = retries > 0 and retries or nil,
           watts = M.watts(clk0, clk1)}
         r.point_hash = hash
         -- SM clock around the burst and throttling (NVML, when present): a

@@ -751,7 +751,8 @@ l_sm100a_image_check(lua_State *L)
 /* vsalab.backward_sm90a(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out={dq, dk, dv},
  *   poison=true, validate=false, canonical=true, version=3 (1..4),
- *   deterministic=false, q_chunk=512}]) -> dq, dk, dv bf16
+ *   deterministic=true (versions 3, 4; false for 1, 2), q_chunk=512}])
+ *   -> dq, dk, dv bf16
  *   (dq, dk × sm_scale).
  * vsalab.backward_sm100a(same [, {sm_scale, out, poison, validate,
  *   canonical, deterministic=true, q_chunk=512, emulate=false}]): the
@@ -767,8 +768,9 @@ l_sm100a_image_check(lua_State *L)
  * 2 (one warpgroup, bulk dQ reduce) or 1 (dQ by atomics);
  * kernels/NOTES.md has each one's figures. deterministic=true makes dq the
  * same bits every run: the dQ partials are added as int32 fixed point,
- * exact in any order (sm90a: versions 3 and 4; sm100a: its default),
- * instead of fp32 in arrival order; the
+ * exact in any order (the default of sm90a versions 3 and 4 and of
+ * sm100a), instead of fp32 in arrival order (deterministic=false: the
+ * `-fp32` backends; not reproducible bit for bit); the
  * per-row scale bound is in kernels/common/bwd_prep.h.
  * q_chunk (default 512, 0 = off) takes each kv block's pairs one range of
  * q_chunk q blocks at a time, all kv blocks of a range before the next, so
@@ -789,15 +791,19 @@ native(lua_State *L, native_arch arch)
                                         "deterministic", "q_chunk", "emulate", NULL};
   const char *fn = arch == NATIVE_SM90A ? "backward_sm90a" : "backward_sm100a";
   vsa_arg_check_keys(L, 10, fn, arch == NATIVE_SM90A ? keys90 : keys100);
-  /* sm100a's deterministic mode (fixed point) is its default. */
+  /* The fixed-point (deterministic) dQ is the default wherever the kernel
+   * has it: sm100a, sm90a versions 3 and 4 (-1: not given). */
   int validate = 0, poison = 1, canonical = 1, q_chunk = 512, emulate = 0;
-  int deterministic = arch == NATIVE_SM100A;
+  int deterministic = -1;
   vsa_sm90a_variant variant = VSA_SM90A_WS;
   if (lua_istable(L, 10)) {
     validate = vsa_arg_bool(L, 10, fn, "validate", 0);
     poison = vsa_arg_bool(L, 10, fn, "poison", 1);
     canonical = vsa_arg_bool(L, 10, fn, "canonical", 1);
-    deterministic = vsa_arg_bool(L, 10, fn, "deterministic", deterministic);
+    lua_getfield(L, 10, "deterministic");
+    int given = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (given) deterministic = vsa_arg_bool(L, 10, fn, "deterministic", 1);
     if (arch == NATIVE_SM100A) emulate = vsa_arg_bool(L, 10, fn, "emulate", 0);
     lua_getfield(L, 10, "q_chunk");
     if (!lua_isnil(L, -1)) {
@@ -822,6 +828,8 @@ native(lua_State *L, native_arch arch)
       lua_pop(L, 1);
     }
   }
+  if (deterministic < 0)
+    deterministic = arch == NATIVE_SM100A || variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2;
   if (deterministic && variant != VSA_SM90A_WS && variant != VSA_SM90A_KV2)
     return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3 or 4");
   /* Versions 1 and 2 do not chunk: no scratch for chunk partials. */

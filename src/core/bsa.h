@@ -94,6 +94,7 @@ int vsa_invert_cpu(const int32_t *q2k_idx, const int32_t *q2k_num, int BH,
 typedef struct {
   int B, H, Sq, Skv, D;
   float sm_scale;
+  int block; /* tokens per block: 64 or 128 (0 reads as 64) */
 } vsa_shape;
 
 int vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q,

@@ -2,7 +2,7 @@
 -- elements per tensor) on every native backend in turn, the memory-heaviest
 -- sequence of the GPU specs:  build/vsalab run tests/gpu/case12.lua
 local bad = 0
-for _, name in ipairs{"reference", "sm90a", "sm90a-det"} do
+for _, name in ipairs{"reference", "sm90a", "sm90a-fp32"} do
   for _, r in ipairs(vsalab.cases.run(name, {device = "cuda", seed = 12000, only = {12}})) do
     print(vsalab.cases.format(r))
     if not r.passed then bad = bad + 1 end

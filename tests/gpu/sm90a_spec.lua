@@ -12,7 +12,7 @@ describe("#gpu sm90a", function()
       {B = 1, H = 2, Sq = 1024, density = 0.25},
       {B = 2, H = 3, Sq = 320, Skv = 448, density = 0.5, ragged = true},
       {B = 1, H = 1, Sq = 7 * 64, Skv = 5 * 64, topk = 5}} do
-    for _, name in ipairs{"sm90a", "sm90a-det", "sm90a-v2", "sm90a-atomic"} do
+    for _, name in ipairs{"sm90a", "sm90a-fp32", "sm90a-v2", "sm90a-atomic"} do
     it(string.format("%s matches the reference at B%d H%d Sq%d", name, s.B, s.H, s.Sq), function()
       local spec = {D = 128, seed = H.seed(), device = "cuda"}
       for k, v in pairs(s) do spec[k] = v end
@@ -31,7 +31,7 @@ describe("#gpu sm90a", function()
   it("times under CUDA-graph replay with the same outputs", function()
     local p = vsalab.problem.build{B = 1, H = 2, Sq = 1024, D = 128, density = 0.25,
       seed = H.seed(), device = "cuda"}
-    for _, name in ipairs{"sm90a", "sm90a-det"} do
+    for _, name in ipairs{"sm90a", "sm90a-fp32"} do
       local b = vsalab.backends.get(name)
       local dq, dk, dv = b.run(p)
       local ref = {dq = dq:clone(), dk = dk:clone(), dv = dv:clone()}
@@ -39,13 +39,14 @@ describe("#gpu sm90a", function()
       for _, t in pairs(outs) do t:fill(0 / 0) end
       local st = vsalab.bench(b.timed(p, outs), {mode = "graph", warmup = 1, repeats = 5})
       assert(st.mode == "graph" and st.median > 0)
-      -- dk, dv, and dq in the deterministic mode: the same bits. The default
-      -- mode adds dq partials in arrival order, so a replay may round a few
-      -- bf16 elements one ulp (2^-8) the other way: rel L2 ~1e-4 (7.7e-5
-      -- seen), far below any wrong result (a lost or doubled partial: > 1e-2).
+      -- dk, dv, and dq in the deterministic mode (the default): the same
+      -- bits. The fp32 mode adds dq partials in arrival order, so a replay
+      -- may round a few bf16 elements one ulp (2^-8) the other way: rel L2
+      -- ~1e-4 (7.7e-5 seen), far below any wrong result (a lost or doubled
+      -- partial: > 1e-2).
       for k, t in pairs(outs) do
         local c = vsalab.compare(t, ref[k])
-        local tol = (name == "sm90a" and k == "dq") and 1e-3 or 0
+        local tol = (name == "sm90a-fp32" and k == "dq") and 1e-3 or 0
         assert(c.nonfinite == 0 and c.rel_l2 <= tol, name .. " " .. k .. " rel L2 " .. c.rel_l2)
       end
     end
