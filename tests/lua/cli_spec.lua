@@ -123,7 +123,7 @@ describe("vsalab CLI", function()
     local rc, _, err = H.vsalab("run --timing sustained --db " .. db .. " " .. dir .. "/sus.lua")
     assert(rc == 0, err)
     -- Its progress lines say the samples were sustained ones.
-    assert.truthy(err:find("reference [%d.]+ ms, noise [%d.]+%% %(%d+ sustained samples, "), err)
+    assert.truthy(err:find("reference [%d.]+ ms, noise [%d.e+-]+%% %(%d+ sustained samples, "), err)
     local d = vsalab.db_open(db, {readonly = true})
     local rows = d:q("SELECT mode, samples, passed FROM result WHERE kernel <> 'invert'")
     d:close()
