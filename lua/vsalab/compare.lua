@@ -25,7 +25,7 @@
 -- A row that passed in A and fails in B is flagged NEW FAIL; an output
 -- whose rel L2 grew more than 2x is flagged ERR UP; a row marked
 -- result.throttled (NVML: a power or thermal limit held the clocks down for
--- 1% or more of its timed burst, even after the retries; experiment.lua,
+-- 1% or more of its timed burst, even after the retries; power_cap.lua,
 -- kernels/NOTES.md "Timing under the power cap") is flagged THROTTLED A or
 -- THROTTLED B, so its verdict is read as the limiter's as much as the
 -- kernel's; a point of A that B

@@ -1,6 +1,6 @@
-/* l_args.c — argument checks and device scratch shared by the Lua bindings
- * of src/bindings/l_bsa.c and src/bindings/l_check.c (declared in l_args.h). Every check
- * raises a Lua error naming the argument and what was expected.
+/* l_args.c — argument checks shared by the Lua bindings (declared in
+ * l_args.h). Every check raises a Lua error naming the argument and what
+ * was expected.
  */
 #include "l_args.h"
 
@@ -185,96 +185,4 @@ vsa_arg_raise_cuda(lua_State *L, cudaError_t e, const char *what)
 {
   vsa_fail_cuda(e, what, __FILE__, __LINE__);
   vsa_lua_raise(L);
-}
-
-/* Raise on a key of the options table at idx that fn does not take, so a
- * misspelt option (smscale=) is an error instead of a silent default. */
-void
-vsa_arg_check_keys(lua_State *L, int idx, const char *fn, const char *const *allowed)
-{
-  if (!lua_istable(L, idx)) return;
-  lua_pushnil(L);
-  while (lua_next(L, idx) != 0) {
-    lua_pop(L, 1);
-    const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    int ok = 0;
-    for (int i = 0; k && allowed[i]; i++) ok |= strcmp(k, allowed[i]) == 0;
-    if (!ok) {
-      char list[256] = "";
-      for (int i = 0; allowed[i]; i++) {
-        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-        strncat(list, allowed[i], sizeof list - strlen(list) - 1);
-      }
-      vsa_lua_errorf(L, "%s: unknown option '%s' (takes %s)", fn,
-                     k ? k : luaL_typename(L, -1), list);
-    }
-  }
-}
-
-// ----------------------------------------------------------------------------
-// device scratch (grow-only, one per process): inversion bitmaps, errors
-
-static void *scratch;
-static size_t scratch_bytes;
-static int scratch_device = -2;
-vsa_list_error *vsa_d_list_error;
-vsa_compare_sums *vsa_d_compare_sums;
-
-int vsa_gc_stopped;
-static size_t host_since_gc, host_live_after_gc;
-
-void
-vsa_host_memory_pressure(lua_State *L, size_t bytes)
-{
-  host_since_gc += bytes;
-  size_t floor_ = (size_t)256 << 20;
-  if (vsa_gc_stopped || host_since_gc <= (host_live_after_gc > floor_ ? host_live_after_gc : floor_))
-    return;
-  lua_gc(L, LUA_GCCOLLECT, 0);
-  host_since_gc = 0;
-  host_live_after_gc = vsa_host_bytes_in_use();
-}
-
-void
-vsa_reclaim_device_memory(lua_State *L)
-{
-  lua_gc(L, LUA_GCCOLLECT, 0);
-  if (scratch) cudaFree(scratch);
-  scratch = NULL;
-  scratch_bytes = 0;
-  (void)cudaGetLastError();
-}
-
-void *
-vsa_arg_scratch(lua_State *L, int dev, size_t bytes)
-{
-  if (scratch_device != dev) {
-    if (scratch) cudaFree(scratch);
-    if (vsa_d_list_error) cudaFree(vsa_d_list_error);
-    if (vsa_d_compare_sums) cudaFree(vsa_d_compare_sums);
-    scratch = NULL;
-    vsa_d_list_error = NULL;
-    vsa_d_compare_sums = NULL;
-    scratch_bytes = 0;
-    scratch_device = dev;
-  }
-  cudaError_t e = cudaSetDevice(dev);
-  if (e == cudaSuccess && !vsa_d_list_error)
-    e = cudaMalloc((void **)&vsa_d_list_error, sizeof *vsa_d_list_error);
-  if (e == cudaSuccess && !vsa_d_compare_sums)
-    e = cudaMalloc((void **)&vsa_d_compare_sums, sizeof *vsa_d_compare_sums);
-  if (e == cudaSuccess && bytes > scratch_bytes) {
-    if (scratch) cudaFree(scratch);
-    scratch = NULL;
-    scratch_bytes = 0;
-    e = cudaMalloc(&scratch, bytes);
-    if (e == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      lua_gc(L, LUA_GCCOLLECT, 0);
-      e = cudaMalloc(&scratch, bytes);
-    }
-    if (e == cudaSuccess) scratch_bytes = bytes;
-  }
-  if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "scratch allocation");
-  return scratch;
 }

@@ -1,4 +1,4 @@
-/* l_args.h — argument checks and device scratch shared by the Lua bindings
+/* l_args.h — argument checks shared by the Lua bindings
  * (src/bindings/l_args.c). Names follow what they check: vsa_arg_shape raises
  * "<name>: expected shape [..], got [..]", and so on. */
 #ifndef VSA_L_ARGS_H
@@ -6,6 +6,7 @@
 
 #include "bsa.h"
 #include "kernels.h"
+#include "l_tensor.h"
 #include "lua_api.h"
 
 /* The shapes of an attention problem, read from q and k. */
@@ -36,24 +37,5 @@ int vsa_arg_bool(lua_State *L, int idx, const char *fn, const char *k, int def);
 int vsa_arg_field_device(lua_State *L, int idx);
 vsa_tensor *vsa_arg_push_on_device(lua_State *L, int h_idx, int dev);
 void vsa_arg_raise_cuda(lua_State *L, cudaError_t e, const char *what);
-void vsa_arg_check_keys(lua_State *L, int idx, const char *fn, const char *const *allowed);
-
-/* Grow-only device scratch of at least bytes on dev (one per process), plus
- * two small device structs it keeps beside it. */
-void *vsa_arg_scratch(lua_State *L, int dev, size_t bytes);
-/* After an out-of-memory: collect unreachable tensors and free the cached
- * scratch (it only ever grows otherwise), so a retry can succeed. */
-void vsa_reclaim_device_memory(lua_State *L);
-/* Host tensors live outside the Lua heap (the collector sees a userdata of
- * ~150 bytes for a 64 MiB tensor): after allocating bytes of host memory,
- * collect when host allocations since the last collection exceed
- * max(256 MiB, the host bytes live after it), so unreachable tensors are
- * freed before the process grows to twice its live memory. Not while
- * vsa_gc_stopped (bench holds the stream or captures a graph: a
- * finalizer's cudaFree would wait on it). */
-void vsa_host_memory_pressure(lua_State *L, size_t bytes);
-extern int vsa_gc_stopped;
-extern vsa_list_error *vsa_d_list_error;
-extern vsa_compare_sums *vsa_d_compare_sums;
 
 #endif

@@ -17,6 +17,8 @@
 #include "device.h"
 #include "kernels.h"
 #include "l_args.h"
+#include "l_memory.h"
+#include "l_tensor.h"
 #include "lua_api.h"
 #include "nvml.h"
 

@@ -15,6 +15,8 @@
 #include "device.h"
 #include "kernels.h"
 #include "l_args.h"
+#include "l_memory.h"
+#include "l_tensor.h"
 #include "lua_api.h"
 // ----------------------------------------------------------------------------
 // metadata builders
@@ -164,7 +166,7 @@ invert_ptrs(lua_State *L, int dev, const int32_t *idx, const int32_t *num,
     err.h = err.b % H;
     err.b = err.b / H;
   } else {
-    if (!ws) ws = vsa_arg_scratch(L, dev, bsa_invert_scratch_bytes(BH, rows, cols));
+    if (!ws) ws = vsa_device_scratch(L, dev, bsa_invert_scratch_bytes(BH, rows, cols));
     cudaError_t e = bsa_invert(idx, num, BH, rows, width, cols, out_idx,
                                out_num, ws, vsa_d_list_error, H, vsa_stream());
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "bsa_invert");
@@ -637,7 +639,7 @@ l_backward_ref(lua_State *L)
   char *base;
   vsa_tensor *work = NULL;
   if (use_scratch) {
-    base = vsa_arg_scratch(L, d.device, at);
+    base = vsa_device_scratch(L, d.device, at);
   } else {
     int64_t n = (int64_t)(at / 4);
     work = vsa_lua_newtensor(L, VSA_F32, d.device, 1, &n);
@@ -898,7 +900,7 @@ native(lua_State *L, native_arch arch)
   size_t ws_bytes = arch == NATIVE_SM90A ? bsa_backward_sm90a_scratch_bytes(&s, q_chunk)
                     : emulate          ? bsa_backward_sm100a_scratch_bytes_emu(&s, q_chunk, sms)
                                        : bsa_backward_sm100a_scratch_bytes(&s, q_chunk, sms);
-  void *ws = vsa_arg_scratch(L, d.device, ws_bytes);
+  void *ws = vsa_device_scratch(L, d.device, ws_bytes);
   if (poison) {
     cudaError_t e = vsa_fill(ws, VSA_F32, (int64_t)(ws_bytes / 4), NAN, vsa_stream());
     if (e != cudaSuccess) vsa_arg_raise_cuda(L, e, "scratch poison");

@@ -9,6 +9,8 @@
 #include "check.h"
 #include "device.h"
 #include "l_args.h"
+#include "l_memory.h"
+#include "l_tensor.h"
 
 // ----------------------------------------------------------------------------
 // fp64 oracle
@@ -201,7 +203,7 @@ l_compare(lua_State *L)
   vsa_compare_sums s = {0};
   if (x->device != VSA_CPU && x->device == r->device &&
       vsa_tensor_is_contiguous(x) && vsa_tensor_is_contiguous(r)) {
-    vsa_arg_scratch(L, x->device, 0);
+    vsa_device_scratch(L, x->device, 0);
     cudaError_t e = cudaMemset(vsa_d_compare_sums, 0, sizeof s);
     if (e == cudaSuccess)
       e = vsa_compare(vsa_tensor_data(x), x->dtype, vsa_tensor_data(r),

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "l_tensor.h"
 #include "lua_api.h"
 
 static int

@@ -22,6 +22,7 @@
 
 #include "check.h"
 #include "l_args.h"
+#include "l_tensor.h"
 #include "lua_api.h"
 
 static const char *

@@ -20,6 +20,7 @@
 
 #include "device.h"
 #include "l_args.h"
+#include "l_tensor.h"
 #include "lua_api.h"
 #include "vsalab_plugin.h"
 

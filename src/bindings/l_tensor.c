@@ -5,14 +5,14 @@
  * (q2k_idx, k2q_idx) are 0-based block ids, as the kernels read them.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "device.h"
-#include "l_args.h"
+#include "l_memory.h"
+#include "l_tensor.h"
 #include "lua_api.h"
 
 static int current_device = 0;
@@ -21,23 +21,6 @@ static char cuda_why[512];
 
 int vsa_lua_current_device(void) { return current_device; }
 void vsa_lua_set_current_device(int device) { current_device = device; }
-
-int
-vsa_lua_errorf(lua_State *L, const char *fmt, ...)
-{
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return luaL_error(L, "%s", buf);
-}
-
-int
-vsa_lua_raise(lua_State *L)
-{
-  return vsa_lua_errorf(L, "%s", vsa_last_error());
-}
 
 void
 vsa_lua_require_cuda(lua_State *L)

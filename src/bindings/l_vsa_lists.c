@@ -10,6 +10,7 @@
 #include "bsa.h"
 #include "check.h"
 #include "l_args.h"
+#include "l_tensor.h"
 #include "lua_api.h"
 #include "vsa_lists.h"
 

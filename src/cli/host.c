@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "embedded.h"
+#include "l_tensor.h"
 #include "lua_api.h"
 
 #ifndef VSA_VERSION

@@ -10,9 +10,7 @@ describe("experiment arguments", function()
 
   local function refused(args, text)
     local rc, _, err = H.vsalab("run --check --db " .. dir .. "/a.db " .. exp .. args)
-    assert.equal(2, rc, args .. ": " .. err)
-    assert.truthy(err:find(text, 1, true), args .. ": " .. err)
-    assert.falsy(err:find("traceback", 1, true), err)
+    H.usage_error(rc, err, text, args)
     assert.falsy(err:find("check out", 1, true), err)
   end
 

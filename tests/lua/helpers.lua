@@ -1,6 +1,7 @@
--- Shared by the specs: the vsalab binary, temp paths, shell capture, and a
+-- Shared by the specs: the vsalab binary, temp paths, shell capture, a
 -- fresh seed per process (printed so a failure can be replayed with
--- VSALAB_TEST_SEED=N).
+-- VSALAB_TEST_SEED=N), and the setup and checks several specs repeat.
+local assert = require "luassert"
 local H = {}
 
 H.exe = vsalab.context.exe
@@ -55,6 +56,56 @@ function H.write(path, text)
   local f = assert(io.open(path, "w"))
   f:write(text)
   f:close()
+end
+
+-- The whole of file path (bytes as they are), or nil and why when it
+-- cannot be opened.
+function H.read(path)
+  local f, why = io.open(path, "rb")
+  if not f then return nil, why end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+-- A usage error as vsalab must report one: exit 2, text (when given, found
+-- as is) on stderr, and no Lua traceback. what: the command, for the
+-- failure message.
+function H.usage_error(rc, err, text, what)
+  local ctx = (what and what .. "\n" or "") .. err
+  assert.equal(2, rc, ctx)
+  if text then assert.truthy(err:find(text, 1, true), ctx) end
+  assert.falsy(err:find("traceback", 1, true), ctx)
+end
+
+-- A fresh directory holding name (a DB) with `runs` runs of
+-- experiments/smoke.lua (default 1). Returns the directory (the caller
+-- removes it) and the DB's path.
+function H.smoke_db(name, runs)
+  local dir = H.tmpdir()
+  local db = dir .. "/" .. name
+  for _ = 1, runs or 1 do
+    assert.equal(0, (H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua")))
+  end
+  return dir, db
+end
+
+-- A DB at path holding one finished run and no rows.
+function H.db_with_run(path)
+  local d = vsalab.db_open(path)
+  d:end_run(d:begin_run{script = "x"}, "finished")
+  d:close()
+end
+
+-- html rendered by headless Chromium (Debian's package, which
+-- scripts/setup.sh installs) into png at size "W,H"; returns its bytes.
+function H.screenshot(html, png, size)
+  assert(os.execute("command -v chromium >/dev/null 2>&1") == 0,
+    "chromium is not installed (scripts/setup.sh installs it)")
+  local rc = H.sh("timeout 90 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars " ..
+    "--window-size=" .. size .. " --screenshot=" .. png .. " file://" .. html)
+  assert.equal(0, rc)
+  return assert(H.read(png))
 end
 
 -- Poll cond() every 0.05 s until it returns a true value, which is

@@ -2,9 +2,7 @@
 local H = require "helpers"
 
 describe("result queries", function()
-  local dir = H.tmpdir()
-  local db = dir .. "/q.db"
-  assert.equal(0, (H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua")))
+  local dir, db = H.smoke_db("q.db")
   teardown(function() os.execute("rm -rf " .. dir) end)
 
   it("lists runs in every format", function()

@@ -111,10 +111,8 @@ describe("vsalab repl", function()
       os.execute("sleep 0.1")
     end
     assert(left, "the REPL did not leave at Ctrl-D; screen:\n" .. screen())
-    local f = io.open(dir .. "/.vsalab_history")
-    assert.truthy(f, "no history file")
-    local hist = f:read("*a")
-    f:close()
+    local hist = H.read(dir .. "/.vsalab_history")
+    assert.truthy(hist, "no history file")
     assert.truthy(hist:find("alive", 1, true))
   end)
 
@@ -149,9 +147,7 @@ describe("vsalab repl", function()
 
   it("prints db:q results as a table in SELECT order", function()
     local db = dir .. "/q.db"
-    local d = vsalab.db_open(db)
-    d:end_run(d:begin_run{script = "x"}, "finished")
-    d:close()
+    H.db_with_run(db)
     tmux(string.format("new-session -d -s q -x 120 -y 20 'HOME=%s %s repl --db %s'", dir, H.exe, db))
     wait_for("Ctrl-D leaves", "q")
     type_line("db:q('SELECT status, id FROM run')", "q")

@@ -32,10 +32,7 @@ describe("vsalab report A B", function()
 
   local function report(args)
     local rc, out, err = H.vsalab("report --db " .. path .. " -o " .. dir .. "/r.html " .. args)
-    local f = io.open(dir .. "/r.html")
-    local html = f and f:read("*a")
-    if f then f:close() end
-    return rc, html, err .. out
+    return rc, H.read(dir .. "/r.html"), err .. out
   end
 
   it("sets two kernels of one run side by side", function()
@@ -114,12 +111,7 @@ describe("vsalab report A B", function()
 
   it("renders in headless Chromium to a picture that is not blank", function()
     assert.equal(0, (report(a .. ":sm90a " .. a .. ":triton")))
-    local rc = H.sh("timeout 90 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars " ..
-      "--window-size=1100,1000 --screenshot=" .. dir .. "/r.png file://" .. dir .. "/r.html")
-    assert.equal(0, rc)
-    local f = assert(io.open(dir .. "/r.png", "rb"))
-    local png = f:read("*a")
-    f:close()
+    local png = H.screenshot(dir .. "/r.html", dir .. "/r.png", "1100,1000")
     assert.equal("\137PNG", png:sub(1, 4))
     assert.is_true(#png > 30000, "screenshot only " .. #png .. " bytes")
   end)

@@ -5,10 +5,7 @@
 local H = require "helpers"
 
 describe("vsalab report on hostile rows", function()
-  local dir = H.tmpdir()
-  local db = dir .. "/r.db"
-  assert.equal(0, (H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua")))
-  assert.equal(0, (H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua")))
+  local dir, db = H.smoke_db("r.db", 2)
   teardown(function() os.execute("rm -rf " .. dir) end)
 
   -- A copy of db with sql applied (CHECK constraints off, as a hand-made
@@ -29,10 +26,7 @@ describe("vsalab report on hostile rows", function()
     local out = path:gsub("%.db$", ".html")
     local rc, o, err = H.sh("timeout 20 " .. H.exe .. " report --db " .. path .. " -o " .. out .. " " .. (sides or ""))
     assert(rc == 0, "report exited " .. rc .. ": " .. err)
-    local f = assert(io.open(out))
-    local html = f:read("*a")
-    f:close()
-    return html, o
+    return assert(H.read(out)), o
   end
 
   it("draws a chart whatever the TFLOPS (infinite, subnormal, negative)", function()

@@ -3,18 +3,14 @@
 local H = require "helpers"
 
 describe("vsalab report", function()
-  local dir = H.tmpdir()
-  local db = dir .. "/r.db"
-  assert.equal(0, (H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua")))
+  local dir, db = H.smoke_db("r.db")
   teardown(function() os.execute("rm -rf " .. dir) end)
 
   it("writes one self-contained HTML file", function()
     local rc, out, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/r.html latest")
     assert(rc == 0, err)
     assert.truthy(out:match("wrote"))
-    local f = assert(io.open(dir .. "/r.html"))
-    local html = f:read("*a")
-    f:close()
+    local html = assert(H.read(dir .. "/r.html"))
     assert.truthy(html:find("<svg", 1, true))
     assert.truthy(html:find("Errors against the fp64 oracle", 1, true))
     assert.truthy(html:find("experiments/smoke.lua", 1, true))
@@ -27,10 +23,7 @@ describe("vsalab report", function()
     local function html_of(args)
       local rc, _, err = H.vsalab("report --db " .. db .. " -o " .. dir .. "/k.html " .. args)
       assert.equal(0, rc, err)
-      local f = assert(io.open(dir .. "/k.html"))
-      local html = f:read("*a")
-      f:close()
-      return html
+      return assert(H.read(dir .. "/k.html"))
     end
     local only = html_of("latest:reference")
     assert.truthy(only:find("kernel reference only (RUN:KERNEL)", 1, true))
@@ -50,9 +43,7 @@ describe("vsalab report", function()
     w:close()
     local rc, _, err = H.vsalab("report --db " .. dir .. "/thr.db -o " .. dir .. "/thr.html latest")
     assert(rc == 0, err)
-    local f = assert(io.open(dir .. "/thr.html"))
-    local html = f:read("*a")
-    f:close()
+    local html = assert(H.read(dir .. "/thr.html"))
     assert.truthy(html:find(">throttled</th>", 1, true), html:sub(1, 200))
     local _, n = html:gsub('<td class="">yes</td>', "")
     assert.equal(1, n)
@@ -83,15 +74,8 @@ describe("vsalab report", function()
   end)
 
   it("renders in headless Chromium to a picture that is not blank", function()
-    local chromium = os.execute("command -v chromium >/dev/null 2>&1") == 0
-    assert(chromium, "chromium is not installed (scripts/setup.sh installs it)")
     H.vsalab("report --db " .. db .. " -o " .. dir .. "/r.html")
-    local rc = H.sh("timeout 90 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars " ..
-      "--window-size=1100,1400 --screenshot=" .. dir .. "/r.png file://" .. dir .. "/r.html")
-    assert.equal(0, rc)
-    local f = assert(io.open(dir .. "/r.png", "rb"))
-    local png = f:read("*a")
-    f:close()
+    local png = H.screenshot(dir .. "/r.html", dir .. "/r.png", "1100,1400")
     assert.equal("\137PNG", png:sub(1, 4))
     -- A blank 1100x1400 page compresses to a few KB; text, tables and a
     -- chart do not.

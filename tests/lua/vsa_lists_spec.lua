@@ -481,9 +481,7 @@ describe("the lists axis", function()
     assert.truthy(cmp:match("vsa:2[^\n]*ONLY B"), cmp)
     local html = dir .. "/r.html"
     assert.equal(0, (H.vsalab("report --db " .. db .. " -o " .. html .. " 2")))
-    local f = io.open(html)
-    local text = f:read("*a")
-    f:close()
+    local text = assert(H.read(html))
     assert.truthy(text:find("reference 50% vsa:2", 1, true))
     assert.truthy(text:find(">reference 50%<", 1, true))
     -- A vsa row reruns with the same inputs (its point stores the lists).
