@@ -84,7 +84,7 @@ ctx()
 /* A failed check prints where (device printf reaches the host when the
  * context is torn down) and traps, rather than computing garbage. */
 #define emu_check(ok) emu_check_at((ok), __LINE__)
-__device__ __noinline__ void
+static __device__ __noinline__ void
 emu_fail(int line)
 {
   printf("tcgen05 emulation: check at tcgen05_emu.cuh:%d failed (block %d, thread %d)\n", line,
@@ -326,7 +326,7 @@ load_a(const emu_cmd &cmd, bool a_mn, uint32_t mb, uint32_t (&a)[4])
  * instruction descriptor, all but the first accumulating) with the 64
  * emulator threads: warp ew owns rows 64·ew .. +63, 32 columns of D at a
  * time. */
-__device__ __noinline__ void
+static __device__ __noinline__ void
 exec_run(uint32_t first, uint32_t n)
 {
   emu_ctx &c = ctx();
