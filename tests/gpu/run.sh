@@ -93,6 +93,8 @@ for step in $steps; do
     blackwell) # each rung runs only when the one before passed
       ("$tests_bin/tcgen05_ladder" &&
        VSALAB_SM100_EMU=0 "$bin" run tests/gpu/cases.lua sm100a &&
+       # block 128 (bsa_bwd_b128_sm100a.cu): every path against the reference and the oracle
+       "$bin" run tests/gpu/sm100a_emu_b128.lua hw &&
        VSALAB_SM100_EMU=0 "$bin" run --db "$out/blackwell.db" experiments/seed_sweep.lua) 2>&1 |
         tee "$out/blackwell.log" ;;
     vsa_lists) # problem.build time at Wan 720P H40, random vs VSA-like lists

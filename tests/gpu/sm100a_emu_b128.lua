@@ -11,8 +11,10 @@
 -- both dQ modes (fixed point, the default; fp32). Then 20 launches of the
 -- default mode compared bitwise. Exits non-zero when an output is off (rel
 -- L2 > 3e-3 against the reference or the oracle, or any NaN) or a repeat
--- differs.
+-- differs. With `hw` as its argument it runs the hardware kernel instead
+-- (a Blackwell GPU: the first-contact ladder, tests/gpu/run.sh blackwell).
 local P = vsalab.problem
+local EMULATE = arg[1] ~= "hw"
 local BLK = 128
 local TOL = 3e-3
 local bad = 0
@@ -61,7 +63,7 @@ for n, s in ipairs(shapes) do
   end
   if vbs then nan_pad(p, vbs) end
   for _, det in ipairs{true, false} do
-    local opts = {emulate = true, deterministic = det, q_chunk = s.q_chunk}
+    local opts = {emulate = EMULATE, deterministic = det, q_chunk = s.q_chunk}
     local ok, a, b2, c2 = pcall(vsalab.backward_sm100a, p.dO, p.q, p.k, p.v, p.o, p.lse,
       p.k2q_idx, p.k2q_num, p.vbs, opts)
     local mode = (det and "fixed" or "fp32") .. (s.q_chunk and (" q_chunk " .. s.q_chunk) or "")
@@ -97,7 +99,7 @@ do
     device = "cuda"}
   local function run()
     return vsalab.backward_sm100a(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs,
-      {emulate = true, q_chunk = 6})
+      {emulate = EMULATE, q_chunk = 6})
   end
   local first, worst = {run()}, 0
   for _ = 1, 20 do
@@ -114,5 +116,5 @@ do
 end
 
 if bad > 0 then error(bad .. " sm100a-emu block-128 checks failed", 0) end
-print(string.format("sm100a-emu block 128: every output within %.0e and the oracle, bitwise repeats; %.1f s of host time",
+print(string.format((EMULATE and "sm100a-emu" or "sm100a") .. " block 128: every output within %.0e and the oracle, bitwise repeats; %.1f s of host time",
   TOL, os.clock() - T0))
