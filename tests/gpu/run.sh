@@ -14,7 +14,8 @@
 # path against the reference, 20 bitwise launches, every CASES case).
 # blackwell: the first-contact ladder for a B200/GB200/B300, stopping at
 # the first failing rung: tensor memory round trip, one MMA of each shape,
-# the full kernel on every CASES case, the seed sweep (never run here: no
+# the full kernel on every CASES case, block 128 against the reference and
+# the oracle (tests/gpu/sm100a_emu_b128.lua hw), the seed sweep (never run here: no
 # Blackwell GPU is available to this project).
 # profile: Nsight Compute (--set full) on tests/gpu/profile.lua's launches
 # (v3, v3 with the dQ reduce ablated, v4, v4 ablated), the details page
