@@ -140,7 +140,10 @@ cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
  * order, counters, the q-chunk partials and (emulated) the tensor memory.
  * has_image: 1 when a kernel image for the current device exists
  * (cudaFuncGetAttributes), 0 otherwise. Returns cudaErrorInvalidValue for
- * shapes it does not take (D != 128, S not a multiple of 64, 2^31 rows).
+ * shapes it does not take (D != 128, S not a multiple of the block, 2^31
+ * rows). At block 128 (s->block) the native 128-token kernel runs
+ * (sm100/bsa_bwd_b128_sm100a.cu; lists and vbs of 128-token blocks, BHSD;
+ * q_chunk still counts 64-token q blocks).
  */
 size_t bsa_backward_sm100a_scratch_bytes(const vsa_shape *s, int q_chunk, int sm_count);
 /* Shared memory a CTA of it takes (the emulated build: with the emulation's

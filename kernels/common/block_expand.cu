@@ -60,7 +60,25 @@ expand_kernel(const int32_t *__restrict__ idx, const int32_t *__restrict__ num, 
   if (lane == 0) num64[out_row] = num64[out_row + 1] = 2 * n;
 }
 
+__global__ void __launch_bounds__(256)
+vbs_split_kernel(const int32_t *__restrict__ vbs, int nkv, int32_t *vbs64)
+{
+  const int j = blockIdx.x * 256 + threadIdx.x;
+  if (j >= nkv) return;
+  const int vb = min(max(vbs[j], 0), 128);
+  vbs64[2 * j] = min(vb, 64);
+  vbs64[2 * j + 1] = max(vb - 64, 0);
+}
+
 }  // namespace
+
+cudaError_t
+launch_vbs_split(const int32_t *vbs128, int nkv, int32_t *vbs64, cudaStream_t stream)
+{
+  if (nkv <= 0) return cudaSuccess;
+  vbs_split_kernel<<<(nkv + 255) / 256, 256, 0, stream>>>(vbs128, nkv, vbs64);
+  return cudaGetLastError();
+}
 
 size_t
 block_expand_bytes(int64_t BH, int nkv, int nq)

@@ -35,6 +35,11 @@ cudaError_t launch_block_expand(const int32_t *k2q_idx, const int32_t *k2q_num, 
                                 int64_t BH, int nkv, int nq, const int32_t *vbs, void *scratch,
                                 expanded_lists *out, cudaStream_t stream);
 
+/* vbs64[2J], vbs64[2J+1] = the 64-token halves of vbs128[J] (clamped to
+ * [0, 128]), J < nkv: what the fixed-point preprocess reads at block 128
+ * when the main kernel keeps 128-token lists. */
+cudaError_t launch_vbs_split(const int32_t *vbs128, int nkv, int32_t *vbs64, cudaStream_t stream);
+
 /* Tokens per block of s (0 reads as 64). */
 inline int
 block_of(const vsa_shape *s)

@@ -57,6 +57,7 @@
 #include "../common/block_expand.h"
 #include "../common/bwd_prep.h"
 #include "../kernels.h"
+#include "bsa_bwd_b128.h"
 #include "tcgen05.cuh"
 
 #ifdef VSA_TCGEN05_EMU
@@ -682,14 +683,17 @@ map_scratch(const vsa_shape *s, int q_chunk, int ctas)
 extern "C" size_t
 SM100_FN(bsa_backward_sm100a_scratch_bytes)(const vsa_shape *s, int q_chunk, int sm_count)
 {
-  // At block 128: the 64-token view's scratch, then the expanded lists.
-  return map_scratch(s, q_chunk, sm_count).total + vsa_bwd::block128_extra_bytes(s);
+  if (vsa_bwd::block_of(s) == 128)
+    return SM100_B128_FN(bsa_b128_sm100a_scratch_bytes)(s, q_chunk, sm_count);
+  return map_scratch(s, q_chunk, sm_count).total;
 }
 
 extern "C" size_t
 SM100_FN(bsa_backward_sm100a_smem_bytes)(void)
 {
-  return SMEM_BYTES + tc05::emu_smem_bytes; // dynamic, plus the emulation's static state
+  // dynamic, plus the emulation's static state; the larger of the two kernels
+  const size_t b64 = SMEM_BYTES + tc05::emu_smem_bytes, b128 = SM100_B128_FN(bsa_b128_sm100a_smem_bytes)();
+  return b64 > b128 ? b64 : b128;
 }
 
 extern "C" int
@@ -711,19 +715,10 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
                               void *d_scratch, uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
                               int deterministic, int q_chunk, int sm_count, cudaStream_t stream)
 {
-  if (vsa_bwd::block_of(s) == 128) {
-    // Block 128 on the 64-token kernel: sub-block lists, one kv sub-block
-    // a CTA (a native 128-token kernel is future work: kernels/NOTES.md).
-    vsa_shape s64;
-    vsa_bwd::expanded_lists x;
-    void *tail = static_cast<char *>(d_scratch) + map_scratch(s, q_chunk, sm_count).total;
-    cudaError_t e = vsa_bwd::as_64_token(s, d_k2q_idx, d_k2q_num, k2q_width, d_vbs, tail, &s64,
-                                         &x, stream);
-    if (e != cudaSuccess) return e;
-    return SM100_FN(bsa_backward_sm100a)(&s64, d_dO, d_q, d_k, d_v, d_o, d_lse, x.k2q_idx,
-                                         x.k2q_num, x.width, x.vbs, d_scratch, d_dq, d_dk, d_dv,
-                                         deterministic, q_chunk, sm_count, stream);
-  }
+  if (vsa_bwd::block_of(s) == 128) // the native 128-token kernel (bsa_bwd_b128_sm100a.cu)
+    return SM100_B128_FN(bsa_b128_sm100a)(s, d_dO, d_q, d_k, d_v, d_o, d_lse, d_k2q_idx,
+                                          d_k2q_num, k2q_width, d_vbs, d_scratch, d_dq, d_dk,
+                                          d_dv, deterministic, q_chunk, sm_count, stream);
   if (vsa_bwd::block_of(s) != 64) return cudaErrorInvalidValue;
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->Sq <= 0 || s->Skv <= 0 || k2q_width < 1 ||
       sm_count < 1)

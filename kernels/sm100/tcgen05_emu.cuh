@@ -11,7 +11,10 @@
  *    element addresses, copy the operands out of shared memory with the
  *    bulk-copy engine (the async proxy, as the tensor cores read them),
  *    multiply with mma.sync (bf16 in, fp32 accumulate) and read and write
- *    the tensor-memory words; a commit arrives on the kernel's real
+ *    the tensor-memory words. Consecutive MMAs into one D (up to
+ *    EMU_RUN_MAX, one K = 128 product) run as one batch: operands staged
+ *    together, D held in registers across them, the same fp32 operations
+ *    in the same order as one at a time (bitwise equal). A commit arrives on the kernel's real
  *    mbarrier once every earlier MMA is done. So every pipeline wait of the kernel is
  *    real, and an operand overwritten before its MMA ran shows up as a
  *    wrong result.
@@ -53,14 +56,16 @@ struct emu_cmd {
 };
 
 /* Per CTA in global memory: tensor memory (lane-major words), the command
- * ring and its head/tail counters, and the staging of one MMA's operands.
+ * ring and its head/tail counters, and the staging of one batch of MMAs' operands.
  * Nothing the emulation shares between its threads lives in shared memory
  * unless a barrier orders it, so compute-sanitizer racecheck sees only the
  * kernel's own shared-memory traffic. */
 constexpr size_t EMU_TMEM_BYTES = (size_t)EMU_LANES * EMU_COLS * 4;
 constexpr size_t EMU_RING_BYTES = EMU_QUEUE * sizeof(emu_cmd);
 constexpr size_t EMU_STAGE_BYTES = 4096; // 256 16-byte chunks: an M = 128 or N <= 128, K = 16 operand
-constexpr size_t EMU_CTA_BYTES = EMU_TMEM_BYTES + EMU_RING_BYTES + 256 + 2 * EMU_STAGE_BYTES;
+constexpr uint32_t EMU_RUN_MAX = 8;       // MMAs staged and executed as one batch (a K = 128 product)
+constexpr size_t EMU_CTA_BYTES =
+    EMU_TMEM_BYTES + EMU_RING_BYTES + 256 + 2 * EMU_RUN_MAX * EMU_STAGE_BYTES;
 
 struct emu_ctx {
   uint32_t *tmem;
@@ -84,7 +89,7 @@ ctx()
 /* A failed check prints where (device printf reaches the host when the
  * context is torn down) and traps, rather than computing garbage. */
 #define emu_check(ok) emu_check_at((ok), __LINE__)
-__device__ __noinline__ void
+static __device__ __noinline__ void
 emu_fail(int line)
 {
   printf("tcgen05 emulation: check at tcgen05_emu.cuh:%d failed (block %d, thread %d)\n", line,
@@ -107,7 +112,7 @@ emu_init(const emu_params &p)
   c.q = reinterpret_cast<emu_cmd *>(g + EMU_TMEM_BYTES);
   c.ht = reinterpret_cast<volatile uint32_t *>(g + EMU_TMEM_BYTES + EMU_RING_BYTES);
   c.stage_a = reinterpret_cast<uint4 *>(g + EMU_TMEM_BYTES + EMU_RING_BYTES + 256);
-  c.stage_b = c.stage_a + EMU_STAGE_BYTES / 16;
+  c.stage_b = c.stage_a + EMU_RUN_MAX * EMU_STAGE_BYTES / 16;
   c.ht[0] = c.ht[1] = 0;
   c.tail = c.avail = 0;
   c.alloc_cols = 0;
@@ -304,7 +309,7 @@ pair(const uint4 *st, bool mn, uint32_t rows, uint32_t r, uint32_t k)
 
 /* A fragments (m16n8k16, row-major A) of rows mb..mb+15. */
 __device__ __forceinline__ void
-load_a(const emu_cmd &cmd, bool a_mn, uint32_t mb, uint32_t (&a)[4])
+load_a(const emu_cmd &cmd, const uint4 *st, bool a_mn, uint32_t mb, uint32_t (&a)[4])
 {
   const uint32_t lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   if (cmd.op == EMU_MMA_TS) {
@@ -315,18 +320,23 @@ load_a(const emu_cmd &cmd, bool a_mn, uint32_t mb, uint32_t (&a)[4])
     a[3] = __ldcg(word(lane0 + mb + g + 8, col0 + 4 + q));
     return;
   }
-  const uint4 *st = ctx().stage_a;
   a[0] = pair(st, a_mn, 128, mb + g, 2 * q);
   a[1] = pair(st, a_mn, 128, mb + g + 8, 2 * q);
   a[2] = pair(st, a_mn, 128, mb + g, 2 * q + 8);
   a[3] = pair(st, a_mn, 128, mb + g + 8, 2 * q + 8);
 }
 
-/* Execute commands first .. first+n-1 (MMAs into one D with one
- * instruction descriptor, all but the first accumulating) with the 64
- * emulator threads: warp ew owns rows 64·ew .. +63, 32 columns of D at a
- * time. */
-__device__ __noinline__ void
+/* Execute commands first .. first+n-1 (n <= EMU_RUN_MAX MMAs into one D
+ * with one instruction descriptor, all but the first accumulating) with
+ * the 64 emulator threads as one batch: every operand staged at once (one
+ * wait, one barrier), then warp ew owns rows 64·ew .. +63, 32 columns of D
+ * at a time, held in registers across the n MMAs (one tensor-memory read
+ * and write per element a batch, not per MMA). The arithmetic is the
+ * unbatched order exactly: per element of D, one m16n8k16 fp32
+ * accumulation per K = 16 command, in issue order (the hardware model of
+ * tcgen05_emu: a K = 16 MMA adds its 16 products to D in one step), so
+ * results are bitwise those of one command at a time. */
+static __device__ __noinline__ void
 exec_run(uint32_t first, uint32_t n)
 {
   emu_ctx &c = ctx();
@@ -334,64 +344,75 @@ exec_run(uint32_t first, uint32_t n)
   const vsa_umma_idesc_fields id = vsa_umma_idesc_decode(c0.idesc);
   emu_check(id.m == 128 && id.n % 32 == 0 && id.n <= 128 && id.d_format == 1 &&
             id.a_format == 1 && id.b_format == 1 && !id.a_negate && !id.b_negate &&
-            id.other == 0);
+            id.other == 0 && n >= 1 && n <= EMU_RUN_MAX);
   const uint32_t d_lane = c0.d >> 16, d_col = c0.d & 0xFFFF;
   emu_check(d_lane == 0 && d_col + id.n <= c.alloc_cols);
   const int ew = (threadIdx.x >> 5) & 1, lane = threadIdx.x & 31;
   const uint32_t g = lane >> 2, q = lane & 3;
+  constexpr uint32_t STAGE = EMU_STAGE_BYTES / 16; // uint4 per staged operand
+  // The operands of every command, through the async proxy into global
+  // staging; a TS A must not overlap D (it is read while D is in registers).
   for (uint32_t x = 0; x < n; x++) {
     const emu_cmd cmd = load_cmd(first + x);
-    // The operands, through the async proxy into global staging.
-    if (cmd.op == EMU_MMA_SS) stage_operand(smem_fields(cmd.a), id.a_mn, 128, c.stage_a);
-    else emu_check((cmd.a >> 16) == 0 && (cmd.a & 0xFFFF) + 8 <= c.alloc_cols);
-    stage_operand(smem_fields(cmd.b), id.b_mn, id.n, c.stage_b);
-    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
-    __threadfence_block();
-    emu_sync();
-    for (uint32_t nc = 0; nc < id.n; nc += 32) {
-      float acc[4][4][4];
+    if (cmd.op == EMU_MMA_SS) {
+      stage_operand(smem_fields(cmd.a), id.a_mn, 128, c.stage_a + x * STAGE);
+    } else {
+      const uint32_t a_col = (uint32_t)cmd.a & 0xFFFF;
+      emu_check((cmd.a >> 16) == 0 && a_col + 8 <= c.alloc_cols &&
+                (a_col + 8 <= d_col || a_col >= d_col + id.n));
+    }
+    stage_operand(smem_fields(cmd.b), id.b_mn, id.n, c.stage_b + x * STAGE);
+  }
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  __threadfence_block();
+  emu_sync();
+  for (uint32_t nc = 0; nc < id.n; nc += 32) {
+    float acc[4][4][4];
 #pragma unroll
-      for (int mt = 0; mt < 4; mt++)
+    for (int mt = 0; mt < 4; mt++)
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-          const uint32_t m = 64 * ew + 16 * mt + g, col = d_col + nc + 8 * nt + 2 * q;
-          if (x > 0 || c0.accumulate) {
-            acc[mt][nt][0] = __uint_as_float(__ldcg(word(m, col)));
-            acc[mt][nt][1] = __uint_as_float(__ldcg(word(m, col + 1)));
-            acc[mt][nt][2] = __uint_as_float(__ldcg(word(m + 8, col)));
-            acc[mt][nt][3] = __uint_as_float(__ldcg(word(m + 8, col + 1)));
-          } else {
-            acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
-          }
+      for (int nt = 0; nt < 4; nt++) {
+        const uint32_t m = 64 * ew + 16 * mt + g, col = d_col + nc + 8 * nt + 2 * q;
+        if (c0.accumulate) {
+          acc[mt][nt][0] = __uint_as_float(__ldcg(word(m, col)));
+          acc[mt][nt][1] = __uint_as_float(__ldcg(word(m, col + 1)));
+          acc[mt][nt][2] = __uint_as_float(__ldcg(word(m + 8, col)));
+          acc[mt][nt][3] = __uint_as_float(__ldcg(word(m + 8, col + 1)));
+        } else {
+          acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
         }
+      }
+    for (uint32_t x = 0; x < n; x++) {
+      const emu_cmd cmd = load_cmd(first + x);
+      const uint4 *sb = c.stage_b + x * STAGE;
       uint32_t b[4][2]; // n8 tiles nc .. nc+31: (k 2q, k 2q+8) of column n = g
 #pragma unroll
       for (int nt = 0; nt < 4; nt++) {
-        b[nt][0] = pair(c.stage_b, id.b_mn, id.n, nc + 8 * nt + g, 2 * q);
-        b[nt][1] = pair(c.stage_b, id.b_mn, id.n, nc + 8 * nt + g, 2 * q + 8);
+        b[nt][0] = pair(sb, id.b_mn, id.n, nc + 8 * nt + g, 2 * q);
+        b[nt][1] = pair(sb, id.b_mn, id.n, nc + 8 * nt + g, 2 * q + 8);
       }
 #pragma unroll
       for (int mt = 0; mt < 4; mt++) {
         uint32_t a[4];
-        load_a(cmd, id.a_mn, 64 * ew + 16 * mt, a);
+        load_a(cmd, c.stage_a + x * STAGE, id.a_mn, 64 * ew + 16 * mt, a);
 #pragma unroll
         for (int nt = 0; nt < 4; nt++) mma16816(acc[mt][nt], a, b[nt][0], b[nt][1]);
       }
-#pragma unroll
-      for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-          const uint32_t m = 64 * ew + 16 * mt + g, col = d_col + nc + 8 * nt + 2 * q;
-          __stcg(word(m, col), __float_as_uint(acc[mt][nt][0]));
-          __stcg(word(m, col + 1), __float_as_uint(acc[mt][nt][1]));
-          __stcg(word(m + 8, col), __float_as_uint(acc[mt][nt][2]));
-          __stcg(word(m + 8, col + 1), __float_as_uint(acc[mt][nt][3]));
-        }
     }
-    __threadfence_block();
-    emu_sync(); // D written, staging read: the next command may reuse both
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++) {
+        const uint32_t m = 64 * ew + 16 * mt + g, col = d_col + nc + 8 * nt + 2 * q;
+        __stcg(word(m, col), __float_as_uint(acc[mt][nt][0]));
+        __stcg(word(m, col + 1), __float_as_uint(acc[mt][nt][1]));
+        __stcg(word(m + 8, col), __float_as_uint(acc[mt][nt][2]));
+        __stcg(word(m + 8, col + 1), __float_as_uint(acc[mt][nt][3]));
+      }
   }
+  __threadfence_block();
+  emu_sync(); // D written, staging read: the next batch may reuse both
 }
 
 /* The two emulator warps (64 threads): execute queued commands in order
@@ -414,7 +435,7 @@ emu_run()
       const emu_cmd cmd = load_cmd(head);
       if (cmd.op == EMU_MMA_SS || cmd.op == EMU_MMA_TS) {
         uint32_t n = 1;
-        while (head + n != avail) {
+        while (head + n != avail && n < EMU_RUN_MAX) {
           const emu_cmd nx = load_cmd(head + n);
           if ((nx.op != EMU_MMA_SS && nx.op != EMU_MMA_TS) || nx.d != cmd.d ||
               nx.idesc != cmd.idesc || !nx.accumulate)

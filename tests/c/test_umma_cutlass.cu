@@ -86,6 +86,8 @@ main()
   idesc_case<128, 64, UMMA::Major::K, UMMA::Major::K>();
   idesc_case<128, 64, UMMA::Major::MN, UMMA::Major::MN>();
   idesc_case<128, 128, UMMA::Major::K, UMMA::Major::MN>();
+  idesc_case<128, 128, UMMA::Major::K, UMMA::Major::K>();   // block 128: S, dP
+  idesc_case<128, 128, UMMA::Major::MN, UMMA::Major::MN>(); // block 128: dV^T, dK^T
   idesc_case<64, 128, UMMA::Major::K, UMMA::Major::K>();
   idesc_case<64, 256, UMMA::Major::MN, UMMA::Major::K>();
   idesc_case<128, 256, UMMA::Major::MN, UMMA::Major::MN>();

@@ -37,6 +37,7 @@ main(void)
   EXPECT_EQ(vsa_umma_idesc_bf16(128, 64, 0, 0), 0x08100490u, "idesc S, dP: M128 N64 K/K");
   EXPECT_EQ(vsa_umma_idesc_bf16(128, 64, 1, 1), 0x08118490u, "idesc dV^T, dK^T: M128 N64 MN/MN");
   EXPECT_EQ(vsa_umma_idesc_bf16(128, 128, 0, 1), 0x08210490u, "idesc dQ: M128 N128 K/MN");
+  EXPECT_EQ(vsa_umma_idesc_bf16(128, 128, 0, 0), 0x08200490u, "idesc block 128 S, dP: M128 N128 K/K");
   vsa_umma_idesc_fields f = vsa_umma_idesc_decode(vsa_umma_idesc_bf16(128, 64, 1, 0));
   EXPECT_EQ(f.m, 128, "idesc decode m");
   EXPECT_EQ(f.n, 64, "idesc decode n");
@@ -103,6 +104,30 @@ main(void)
         bad += vsa_umma_element_addr(&kt, 1, n, e) != B + (n / 64) * 8192 + tma_offset(kk * 16 + e, n % 64);
   }
   EXPECT_EQ(bad, 0, "kernel operand layouts decode to the TMA layout");
+
+  /* The block-128 kernel's operands (kernels/sm100/bsa_bwd_b128_sm100a.cu):
+   * every tile (Q, dO, K, V, P, dS) is 128 rows x 128 columns, [column
+   * half: 16 KB][128 rows], each half loaded as two 64-row TMA boxes 8 KB
+   * apart (the same bytes: row r at r·128). K-major (S, dP: A and B; dQ: A
+   * = dS, K = kv): k step kk at (kk/4)·16K + (kk%4)·32. MN-major (dV^T,
+   * dK^T: A = dO/Q with M = d, B = P/dS with N = kv; dQ: B = K with N = d):
+   * LBO 16 KB, k step of 16 rows = 2 KB. */
+  bad = 0;
+  for (unsigned kk = 0; kk < 8; kk++) {
+    vsa_umma_smem_fields km = vsa_umma_smem_decode(
+        vsa_umma_smem_desc(B + (kk / 4) * 16384 + (kk % 4) * 32, 16, 1024, VSA_UMMA_SWIZZLE_128B));
+    vsa_umma_smem_fields mn = vsa_umma_smem_decode(
+        vsa_umma_smem_desc(B + kk * 2048, 16384, 1024, VSA_UMMA_SWIZZLE_128B));
+    for (unsigned m = 0; m < 128; m++)
+      for (unsigned e = 0; e < 16; e++) {
+        const unsigned kx = kk * 16 + e; /* global K index */
+        /* K-major: element (row m, column kx) of the tile */
+        bad += vsa_umma_element_addr(&km, 0, m, e) != B + (kx / 64) * 16384 + tma_offset(m, kx % 64);
+        /* MN-major: element (column m, row kx) of the tile */
+        bad += vsa_umma_element_addr(&mn, 1, m, e) != B + (m / 64) * 16384 + tma_offset(kx, m % 64);
+      }
+  }
+  EXPECT_EQ(bad, 0, "block-128 operand layouts decode to the TMA layout");
   /* What the decode refuses rather than misreads. */
   vsa_umma_smem_fields h = s;
   h.version = 0; /* a Hopper-format descriptor */

@@ -14,7 +14,8 @@
 # path against the reference, 20 bitwise launches, every CASES case).
 # blackwell: the first-contact ladder for a B200/GB200/B300, stopping at
 # the first failing rung: tensor memory round trip, one MMA of each shape,
-# the full kernel on every CASES case, the seed sweep (never run here: no
+# the full kernel on every CASES case, block 128 against the reference and
+# the oracle (tests/gpu/sm100a_emu_b128.lua hw), the seed sweep (never run here: no
 # Blackwell GPU is available to this project).
 # profile: Nsight Compute (--set full) on tests/gpu/profile.lua's launches
 # (v3, v3 with the dQ reduce ablated, v4, v4 ablated), the details page
@@ -93,6 +94,8 @@ for step in $steps; do
     blackwell) # each rung runs only when the one before passed
       ("$tests_bin/tcgen05_ladder" &&
        VSALAB_SM100_EMU=0 "$bin" run tests/gpu/cases.lua sm100a &&
+       # block 128 (bsa_bwd_b128_sm100a.cu): every path against the reference and the oracle
+       "$bin" run tests/gpu/sm100a_emu_b128.lua hw &&
        VSALAB_SM100_EMU=0 "$bin" run --db "$out/blackwell.db" experiments/seed_sweep.lua) 2>&1 |
         tee "$out/blackwell.log" ;;
     vsa_lists) # problem.build time at Wan 720P H40, random vs VSA-like lists

@@ -15,6 +15,10 @@
  *   S    M128 N64  K128  SS, K-major A (Q pair), K-major B (K)
  *   dV^T M128 N64  K128  SS, MN-major A (dO pair), MN-major B (P)
  *   dQ   M128 N128 K64   TS, A from tensor memory (dS), MN-major B (K)
+ * and the block-128 kernel's (bsa_bwd_b128_sm100a.cu), every tile 128 x 128:
+ *   S    M128 N128 K128  SS, K-major A (Q) and B (K)
+ *   dV^T M128 N128 K128  SS, MN-major A (dO) and B (P)
+ *   dQ   M128 N128 K128  SS, K-major A (dS), MN-major B (K)
  * against a host fp64 GEMM of the same bf16 values (rel L2 < 1e-5).
  * Stops at the first failing rung; exit status 0 only when all pass.
  */
@@ -40,13 +44,16 @@
   } while (0)
 
 constexpr uint32_t REGION = 8192;
-enum shape_id { S_KK = 0, DV_MNMN = 1, DQ_TS = 2 };
+enum shape_id { S_KK = 0, DV_MNMN = 1, DQ_TS = 2, S128_KK = 3, DV128_MNMN = 4, DQ128_SS = 5, SHAPES = 6 };
 static const char *const shape_names[] = {"S    M128 N64  K128 SS K/K  ",
                                           "dV^T M128 N64  K128 SS MN/MN",
-                                          "dQ   M128 N128 K64  TS   /MN "};
+                                          "dQ   M128 N128 K64  TS   /MN ",
+                                          "block 128: S    M128 N128 K128 SS K/K  ",
+                                          "block 128: dV^T M128 N128 K128 SS MN/MN",
+                                          "block 128: dQ   M128 N128 K128 SS K/MN "};
 
-/* Smem: A tiles (32 KB), B tile (16 KB), barrier, tmem slot. */
-constexpr uint32_t OFF_A = 0, OFF_B = 4 * REGION, OFF_BAR = 6 * REGION, SMEM = OFF_BAR + 1024 + 1024;
+/* Smem: A tiles (32 KB), B tiles (32 KB), barrier, tmem slot. */
+constexpr uint32_t OFF_A = 0, OFF_B = 4 * REGION, OFF_BAR = 8 * REGION, SMEM = OFF_BAR + 1024 + 1024;
 
 struct args {
   const uint16_t *a, *b; // logical row-major sources (see fill)
@@ -113,10 +120,11 @@ ladder_kernel(const __grid_constant__ args g)
       const int r = i / 128, c = i % 128;
       if (g.shape != DQ_TS) put(bp + OFF_A + (c / 64) * 2 * REGION, r, c % 64, g.a[i]);
     }
-    const int brows = g.shape == DV_MNMN ? 128 : 64, bcols = g.shape == DV_MNMN ? 64 : 128;
+    const bool b128 = g.shape >= S128_KK; // block 128: B [128][128] as two 16 KB halves
+    const int brows = g.shape == DV_MNMN || b128 ? 128 : 64, bcols = g.shape == DV_MNMN ? 64 : 128;
     for (int i = t; i < brows * bcols; i += 128) {
       const int r = i / bcols, c = i % bcols;
-      put(bp + OFF_B + (c / 64) * REGION, r, c % 64, g.b[i]);
+      put(bp + OFF_B + (c / 64) * (b128 ? 2 : 1) * REGION, r, c % 64, g.b[i]);
     }
     if (g.shape == DQ_TS) { // A = dS [128 q][64 kv] bf16 into tensor memory
       uint32_t w[32];
@@ -130,7 +138,7 @@ ladder_kernel(const __grid_constant__ args g)
     tc05::fence_before();
     named_sync_any(1, 128);
     tc05::fence_after();
-    const int n = g.shape == DQ_TS ? 128 : 64;
+    const int n = g.shape == DQ_TS || b128 ? 128 : 64;
     if (t == 0) {
       auto desc = [&](uint32_t a, uint32_t lbo) {
         return vsa_umma_smem_desc(a, lbo, 1024, VSA_UMMA_SWIZZLE_128B);
@@ -142,6 +150,21 @@ ladder_kernel(const __grid_constant__ args g)
                        desc(base + OFF_B + (kk >> 2) * REGION + (kk & 3) * 32, 16), id, kk > 0);
       } else if (g.shape == DV_MNMN) {
         const uint32_t id = vsa_umma_idesc_bf16(128, 64, 1, 1);
+        for (int kk = 0; kk < 8; kk++)
+          tc05::mma_ss(tmem, desc(base + OFF_A + kk * 2048, 2 * REGION),
+                       desc(base + OFF_B + kk * 2048, 2 * REGION), id, kk > 0);
+      } else if (g.shape == S128_KK || g.shape == DQ128_SS) {
+        // bsa_bwd_b128_sm100a.cu: S = Q K^T (K-major B), dQ = dS K (MN-major B)
+        const bool dq = g.shape == DQ128_SS;
+        const uint32_t id = vsa_umma_idesc_bf16(128, 128, 0, dq);
+        for (int kk = 0; kk < 8; kk++) {
+          const uint32_t k = (kk >> 2) * 2 * REGION + (kk & 3) * 32;
+          tc05::mma_ss(tmem, desc(base + OFF_A + k, 16),
+                       dq ? desc(base + OFF_B + kk * 2048, 2 * REGION) : desc(base + OFF_B + k, 16),
+                       id, kk > 0);
+        }
+      } else if (g.shape == DV128_MNMN) { // dV^T += dO^T P
+        const uint32_t id = vsa_umma_idesc_bf16(128, 128, 1, 1);
         for (int kk = 0; kk < 8; kk++)
           tc05::mma_ss(tmem, desc(base + OFF_A + kk * 2048, 2 * REGION),
                        desc(base + OFF_B + kk * 2048, 2 * REGION), id, kk > 0);
@@ -163,7 +186,7 @@ ladder_kernel(const __grid_constant__ args g)
 #ifdef VSA_TCGEN05_EMU
     // The same shared memory through wgmma, with the Hopper descriptor of
     // the same start, LBO and SBO (128B swizzle: 1 in bits 62-63).
-    if (g.shape != DQ_TS) {
+    if (g.shape == S_KK || g.shape == DV_MNMN) {
       float acc[32];
       for (int x = 0; x < 32; x++) acc[x] = 0.f;
       for (int half = 0; half < 2; half++) { // M = 128 as two m64 halves
@@ -279,7 +302,7 @@ int main(void)
   static float hd[128 * 128], hw[128 * 128];
   static double ref[128 * 128];
   uint64_t seed = 0x243F6A8885A308D3ull;
-  for (int shape = 0; shape < 3; shape++) {
+  for (int shape = 0; shape < SHAPES; shape++) {
     for (int i = 0; i < 128 * 128; i++) {
       seed = seed * 6364136223846793005ull + 1442695040888963407ull;
       ha[i] = float_to_bf16((float)((int)(seed >> 40) % 2001 - 1000) / 500.f);
@@ -290,7 +313,8 @@ int main(void)
     //   S:    D[q][kv] = Σ_d A[q][d]  B[kv][d]    (A [128][128], B [64][128])
     //   dV^T: D[d][kv] = Σ_q A[q][d]  B[q][kv]    (A [128][128], B [128][64])
     //   dQ:   D[q][d]  = Σ_kv A[q][kv] B[kv][d]   (A [128][64],  B [64][128])
-    const int n = shape == DQ_TS ? 128 : 64;
+    // and at block 128 the same with every extent 128.
+    const int n = shape >= DQ_TS ? 128 : 64;
     for (int m = 0; m < 128; m++)
       for (int j = 0; j < n; j++) {
         double s = 0;
@@ -298,6 +322,12 @@ int main(void)
           for (int k = 0; k < 128; k++) s += (double)bf16_to_float(ha[m * 128 + k]) * bf16_to_float(hb[j * 128 + k]);
         else if (shape == DV_MNMN)
           for (int k = 0; k < 128; k++) s += (double)bf16_to_float(ha[k * 128 + m]) * bf16_to_float(hb[k * 64 + j]);
+        else if (shape == S128_KK)
+          for (int k = 0; k < 128; k++) s += (double)bf16_to_float(ha[m * 128 + k]) * bf16_to_float(hb[j * 128 + k]);
+        else if (shape == DV128_MNMN)
+          for (int k = 0; k < 128; k++) s += (double)bf16_to_float(ha[k * 128 + m]) * bf16_to_float(hb[k * 128 + j]);
+        else if (shape == DQ128_SS)
+          for (int k = 0; k < 128; k++) s += (double)bf16_to_float(ha[m * 128 + k]) * bf16_to_float(hb[k * 128 + j]);
         else
           for (int k = 0; k < 64; k++) s += (double)bf16_to_float(ha[m * 64 + k]) * bf16_to_float(hb[k * 128 + j]);
         ref[m * n + j] = s;
@@ -314,7 +344,7 @@ int main(void)
     const double e = rel_l2(hd, ref, 128 * n);
     printf("rung 2: %s tcgen05 rel L2 %.2e", shape_names[shape], e);
     int fail = !(e < 1e-5);
-    if (tc05::emulated && shape != DQ_TS) {
+    if (tc05::emulated && (shape == S_KK || shape == DV_MNMN)) {
       CHECK(cudaMemcpy(hw, w, 128 * n * 4, cudaMemcpyDeviceToHost));
       const double ew = rel_l2(hw, ref, 128 * n);
       printf(", wgmma on the same shared memory %.2e", ew);
