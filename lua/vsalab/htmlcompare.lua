@@ -93,7 +93,7 @@ end
 -- compare.resolve_side) of db; opts as compare's (floor_pct, floor_ms).
 function M.render(db, a, b, opts)
   opts = opts or compare.defaults
-  local rows, gate, matched, host_rows, host_pct = compare.compare(db, a.kernel and a or a.run,
+  local rows, gate, matched, host_rows, host_pct, spread_rows = compare.compare(db, a.kernel and a or a.run,
     b.kernel and b or b.run, opts)
   local o = {}
   o[#o + 1] = string.format("<h2>Comparison: %s (A, baseline) vs %s (B)</h2>", esc(a.label), esc(b.label))
@@ -106,7 +106,8 @@ function M.render(db, a, b, opts)
     opts.floor_pct or 2, opts.floor_ms or 0.005,
     -- As compare's header says it: a B/A of 1.8 called SAME needs the reason.
     (host_rows or 0) > 0 and string.format(" (%d point%s timed on the host clock (CPU): a %.3g%% floor, "
-      .. "as host timings scatter run to run)", host_rows, host_rows == 1 and "" or "s", host_pct) or "",
+      .. "or A's plus B's measured spread where larger (%d point%s), as host timings scatter run to run)",
+      host_rows, host_rows == 1 and "" or "s", host_pct, spread_rows or 0, spread_rows == 1 and "" or "s") or "",
     gate and '<b class="fail">`vsalab compare` would fail this pair (SLOW, NEW FAIL or MISSING).</b>'
       or "`vsalab compare` passes this pair.")
   -- Ratio chart per experiment: one series per kernel, heads, density and
