@@ -4,7 +4,8 @@
  *   vsalab --version | help
  *
  * Exit status: 0 on success, 1 when the script raised an error (the message
- * and Lua traceback go to stderr), 2 on a usage error.
+ * and Lua traceback go to stderr), 2 on a usage error (a script that cannot
+ * be read included), 130 when Ctrl-C (SIGINT) stopped a run.
  */
 #include <errno.h>
 #include <signal.h>
@@ -92,6 +93,9 @@ static const char repl_usage[] =
     "\n"
     "options: --db, --device, --seed, --context, --resume, --point-timeout and\n"
     "--timing, as for run (vsalab run --help).\n";
+
+/* The program as it was called (argv[0]), for the commands vsalab suggests. */
+static const char *argv0 = "vsalab";
 
 /* parse_options' result when it printed the command's --help: exit 0. */
 #define HELP_SHOWN (-1)
@@ -309,6 +313,9 @@ cmd_run(int argc, char **argv)
   o.script = argv[i];
   o.argc = argc - i - 1;
   o.argv = argv + i + 1;
+  o.argv0 = argv0;
+  o.run_argc = argc;
+  o.run_argv = argv;
   if (o.devices && o.resume) {
     fprintf(stderr, "vsalab: --devices does not take --resume (resume on one GPU with --device)\n");
     return 2;
@@ -422,6 +429,7 @@ cmd_lua(const lua_command *c, int argc, char **argv)
 int
 main(int argc, char **argv)
 {
+  if (argc > 0 && argv[0]) argv0 = argv[0];
   if (argc < 2 && isatty(0) && isatty(1)) return cmd_repl(0, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "repl") == 0) return cmd_repl(argc - 2, argv + 2);
   if (argc == 3 && strcmp(argv[1], "help") == 0) { /* vsalab help CMD: CMD --help */

@@ -312,7 +312,7 @@ describe("crashes and lost runs", function()
     local t_ready = assert(cpu_ticks(), "the run ended before the fill")
     H.wait_until("0.3 s of the fill's CPU time", function() return (cpu_ticks() or math.huge) >= t_ready + 30 end)
     os.execute("kill -INT " .. job.pid)
-    assert.equal(1, job.wait("the run to stop at SIGINT"))
+    assert.equal(128 + 2, job.wait("the run to stop at SIGINT"))
     -- Said as an interrupt (the still-armed hook made it "error in error
     -- handling").
     local f = assert(io.open(dir .. "/err"))
