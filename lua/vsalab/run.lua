@@ -99,8 +99,29 @@ function M.environment()
     local d = core.device_info()
     env.gpu_name, env.gpu_cc, env.sm_count = d.name, d.cc, d.sm_count
     env.driver_version = d.driver
+  else
+    -- No GPU: the rows were timed on this CPU; `runs` says which.
+    env.gpu_name = "cpu: " .. M.cpu_model()
   end
   return env
+end
+
+-- This host's CPU model (/proc/cpuinfo's "model name", else its
+-- "Hardware" or "CPU part" line, else "unknown").
+function M.cpu_model()
+  local f = io.open("/proc/cpuinfo")
+  local text = f and f:read("*a") or ""
+  if f then f:close() end
+  for _, key in ipairs{"model name", "Hardware", "CPU part"} do
+    local v = text:match("\n" .. key .. "%s*:%s*([^\n]-)%s*\n") or text:match("^" .. key .. "%s*:%s*([^\n]-)%s*\n")
+    if v and v ~= "" then return (v:gsub("%s+", " ")) end
+  end
+  return "unknown"
+end
+
+-- Whether a run's gpu_name names a GPU (not nil, not "cpu: <model>").
+function M.has_gpu(gpu_name)
+  return type(gpu_name) == "string" and gpu_name:sub(1, 5) ~= "cpu: "
 end
 
 -- --resume's RUN as the other commands name a run (an id, latest,
@@ -437,7 +458,7 @@ end
 -- A word of a command line as a POSIX shell reads it back: quoted unless
 -- it is made of safe characters only.
 local function shell_word(w)
-  if w ~= "" and not w:find("[^%w%%+,./:=@_%-%[%]]") then return w end
+  if w ~= "" and not w:find("[^%w%%+,./:=@_%-]") then return w end
   return "'" .. w:gsub("'", "'\\''") .. "'"
 end
 
