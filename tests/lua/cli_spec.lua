@@ -88,6 +88,22 @@ describe("vsalab CLI", function()
       assert.truthy(err2:find(case[2], 1, true), err2)
       assert.is_nil(io.open(dir .. "/stub-calls"), "main-job.sh " .. case[1] .. " started a tool")
     end
+    -- Without a GPU, main-job.sh says so before it sets up or builds
+    -- anything (it built for minutes, then failed in the run). nvidia-smi
+    -- as a driver without a GPU answers it, and as one that cannot reach it.
+    for _, smi in ipairs{{6, "No devices were found"},
+        {9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."}} do
+      H.write(bin .. "/nvidia-smi", string.format('#!/bin/sh\necho "%s"\nexit %d\n', smi[2], smi[1]))
+      os.execute("chmod +x " .. bin .. "/nvidia-smi")
+      os.remove(dir .. "/stub-calls")
+      local rc3, out3, err3 = H.sh("PATH=" .. bin .. ":$PATH " .. H.root .. "/scripts/main-job.sh --db x.db -a H=40")
+      assert.equal(1, rc3, err3)
+      assert.equal("", out3)
+      assert.truthy(err3:find("main-job.sh: nvidia-smi finds no GPU here (" .. smi[2] .. ")", 1, true), err3)
+      assert.truthy(err3:find("experiments/smoke.lua runs the same flow on the CPU", 1, true), err3)
+      assert.is_nil(io.open(dir .. "/stub-calls"), "main-job.sh without a GPU started a tool")
+    end
+    os.remove(bin .. "/nvidia-smi")
   end)
 
   it("exits 2 on usage errors", function()
