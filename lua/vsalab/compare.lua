@@ -162,7 +162,8 @@ function M.resolve_side(db, ref)
     for _, k in ipairs(db:q("SELECT DISTINCT kernel FROM result WHERE " .. in_members .. " ORDER BY kernel")) do
       has[#has + 1] = k.kernel
     end
-    error(string.format("run %d has no rows of kernel '%s' (%s)", id, kernel,
+    error(string.format("run %d has no rows of kernel '%s'%s (%s)", id, kernel,
+      require("vsalab.usage").did_you_mean(kernel, has),
       #has > 0 and "its kernels: " .. table.concat(has, ", ") or "it has no rows"), 0)
   end
   return {run = id, kernel = kernel, label = kernel and (id .. ":" .. kernel) or tostring(id)}

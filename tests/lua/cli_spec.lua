@@ -106,6 +106,30 @@ describe("vsalab CLI", function()
     os.remove(bin .. "/nvidia-smi")
   end)
 
+  it("suggests the name a typo meant, hints a list's brackets, and exits 2 for a missing script", function()
+    local smoke = H.root .. "/experiments/smoke.lua"
+    local db = dir .. "/typo.db"
+    for _, case in ipairs{
+        {"runz", "unknown command 'runz' (did you mean 'run'?"},
+        {"comprae 1 2", "unknown command 'comprae' (did you mean 'compare'?"},
+        {"run --db " .. db .. " " .. smoke .. " kernels=refrence", "no backward 'refrence' (did you mean 'reference'?)"},
+        {"run --db " .. db .. " " .. smoke .. " -a densty=[0.5]", "no axis 'densty' (did you mean 'density'?)"},
+        {"run --db " .. db .. " " .. smoke .. " devise=cpu", "argument 'devise': unknown (did you mean 'device'?)"},
+        {"run --db " .. db .. " " .. smoke .. " -a density=0.5,0.25",
+         "-a density=0.5,0.25: a list is written in brackets: -a 'density=[0.5,0.25]'"},
+        {"run --db " .. db .. " " .. dir .. "/no-such-script.lua", "cannot open " .. dir .. "/no-such-script.lua"}} do
+      local rc, _, err = H.vsalab(case[1])
+      assert.equal(2, rc, case[1] .. ": " .. err)
+      assert.truthy(err:find(case[2], 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    -- A name far from every command gets no guess.
+    local _, _, err = H.vsalab("xyzzy")
+    assert.truthy(err:find("unknown command 'xyzzy' (see vsalab help)", 1, true), err)
+    -- Nothing was run: no DB was made.
+    assert.is_nil(vsalab.file_type(db))
+  end)
+
   it("exits 2 on usage errors", function()
     assert.equal(2, (H.vsalab("frobnicate")))
     assert.equal(2, (H.vsalab("run")))
