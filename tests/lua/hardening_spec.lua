@@ -782,6 +782,24 @@ describe("a kernel engineer's findings: runs that measure nothing", function()
     assert.equal(1, rc, err)
   end)
 
+  it("says a shard's slice is empty instead of printing an empty table", function()
+    -- Two points in 64 slices: of slices 0 to 2, one at least holds none.
+    local empty = 0
+    for i = 0, 2 do
+      local rc, out, err = H.vsalab(string.format("run --shard %d/64 --db %s/e%d.db %s/experiments/smoke.lua -a 'density=[0.5]'",
+        i, dir, i, H.root))
+      assert.equal(0, rc, err)
+      if err:find("shard " .. i .. "/64: 0 of 2 points", 1, true) then
+        empty = empty + 1
+        assert.equal("smoke: shard " .. i .. "/64 holds none of the sweep's 2 points (points go to shards by "
+          .. "their hash): nothing to measure here; the other shards measure them\n", out)
+      else
+        assert.truthy(out:find("\nkernel ", 1, true), out)
+      end
+    end
+    assert.is_true(empty >= 1)
+  end)
+
   it("still passes a run that measured some points and skipped others", function()
     local some = script(dir, "some.lua", [[
       require("vsalab.experiment").run{name = "some", device = "cpu", check = "full", seed = 1, configs = {
