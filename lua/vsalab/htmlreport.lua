@@ -137,7 +137,6 @@ th{background:#f6f6f6} td.l,th.l{text-align:left} .muted{color:#777} .fail{color
 .pass{color:#070} .note{background:#fffbe6;border:1px solid #f0e0a0;padding:6px 10px;margin:8px 0}
 table.rows td,table.rows th{white-space:nowrap;padding:2px 4px;font-size:11.5px}
 table.rows td.wrap{white-space:normal;text-align:left;min-width:10em;max-width:28em}
-.scroll{overflow-x:auto;max-width:100%}
 ]]
 
 -- The HTML text for runs (ids) of db; lead: an HTML fragment put first
@@ -295,9 +294,9 @@ function M.render(db, ids, lead, kernels)
       o[#o + 1] = string.format('<div class="muted">empty in every row, not shown: %s</div>',
         esc(table.concat(empty, ", ")))
     end
-    -- Every column visible at 1,400 px: the note wraps, and a narrower
-    -- window scrolls the table, not the page.
-    o[#o + 1] = '<div class="scroll"><table class="rows"><tr>'
+    -- Every column in view at 1,400 px (no scroll box hides any): the
+    -- note alone wraps.
+    o[#o + 1] = '<table class="rows"><tr>'
     local left = {experiment = true, kernel = true, worst_output = true, lists = true, note = true}
     for _, c in ipairs(cols) do o[#o + 1] = string.format('<th class="%s">%s</th>', left[c] and "l" or "", c) end
     o[#o + 1] = "</tr>"
@@ -315,7 +314,7 @@ function M.render(db, ids, lead, kernels)
       end
       o[#o + 1] = "</tr>"
     end
-    o[#o + 1] = "</table></div>"
+    o[#o + 1] = "</table>"
   end
   o[#o + 1] = "</body></html>\n"
   return table.concat(o, "\n")

@@ -503,7 +503,7 @@ describe("what a new user sees", function()
     os.execute("rm -rf " .. dir)
   end)
 
-  it("reports every column on one line per row, against the axis that varies, for the latest timed run", function()
+  it("reports every column in view, one row a line but for its wrapped note, against the axis that varies, for the latest timed run", function()
     local dir = H.tmpdir()
     local db = dir .. "/r.db"
     local d = vsalab.db_open(db)
