@@ -12,8 +12,9 @@ case "${1:-}" in
     echo "usage: scripts/main-job.sh [--db PATH] [--seed N] [--timing MODE] [--device N]"
     echo "                           [--devices all|0,1] [--context K=V] [--point-timeout S]"
     echo "                           [--resume RUN] [--check] [script args...]"
-    echo "set up and build (scripts/setup.sh), then run experiments/wan720p.lua on this"
-    echo "machine's GPU into results.db (or PATH); the options are vsalab run's, script"
+    echo "check for a GPU (nvidia-smi -L; not with --check), set up and build"
+    echo "(scripts/setup.sh), then run experiments/wan720p.lua on this machine's GPU"
+    echo "into results.db (or PATH); the options are vsalab run's, script"
     echo "args the experiment's: -a axis overrides and key=value options"
     echo "(docs/experiments.md)"
     exit 0 ;;
@@ -33,6 +34,20 @@ while [ $# -gt 0 ]; do
     *) break ;;
   esac
 done
+# The main job times GPU kernels: with no GPU here, say so now, before
+# minutes of setup and building (--check plans the points without one).
+if [[ " ${opts[*]} " != *" --check "* ]]; then
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "main-job.sh: no NVIDIA driver here (nvidia-smi not found): the main job runs on a GPU." >&2
+    echo "  Run it on a GPU host; on this machine, build/vsalab run experiments/smoke.lua runs the same flow on the CPU." >&2
+    exit 1
+  fi
+  if ! gpus=$(nvidia-smi -L 2>&1) || ! grep -q '^GPU [0-9]' <<<"$gpus"; then
+    echo "main-job.sh: nvidia-smi finds no GPU here (${gpus:-no output}): the main job runs on a GPU." >&2
+    echo "  Run it on a GPU host; on this machine, build/vsalab run experiments/smoke.lua runs the same flow on the CPU." >&2
+    exit 1
+  fi
+fi
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 exec build/vsalab run "${opts[@]}" experiments/wan720p.lua "$@"

@@ -698,7 +698,8 @@ function M.run(backend, env)
   env.device = env.device or "cpu"
   env.D = env.D or (env.device == "cpu" and 64 or 128)
   local seed = env.seed or os.time()
-  env.next_seed = function() seed = seed + 1; return seed end
+  local drawn -- the last seed the running case drew (nil: none yet)
+  env.next_seed = function() seed = seed + 1; drawn = seed; return seed end
   local only
   if env.only then only = {}; for _, i in ipairs(env.only) do only[i] = true end end
   local results = {}
@@ -710,10 +711,12 @@ function M.run(backend, env)
           detail = detail, backend = backend.name, device = env.device}
         if env.on_result then env.on_result(results[#results]) end
       end
+      drawn = nil
       local ok, err = xpcall(function() c.fn(record, backend, env) end, debug.traceback)
       -- Ctrl-C must stop the run, not count as one failed case.
       if not ok and tostring(err):find("interrupted!", 1, true) then error(err, 0) end
-      if not ok then record("ran without error", false, nil, nil, err) end
+      -- A case that raised (a peer that failed) replays from the seed it drew.
+      if not ok then record("ran without error", false, nil, drawn, err) end
       collectgarbage()
     end
   end
@@ -736,8 +739,10 @@ function M.format(res)
     end
     errs = table.concat(parts, " ")
   end
-  return string.format("case %2d %-36s %-52s %s seed=%s %s %s", res.case, res.name,
-    res.check, res.passed and "PASS" or "FAIL", tostring(res.seed), errs, res.detail or "")
+  -- A case that raised before drawing a seed has none to show.
+  return string.format("case %2d %-36s %-52s %s%s %s %s", res.case, res.name,
+    res.check, res.passed and "PASS" or "FAIL", res.seed ~= nil and (" seed=" .. tostring(res.seed)) or "",
+    errs, res.detail or "")
 end
 
 return M

@@ -62,6 +62,14 @@ end
 -- writing (on a shared filesystem too); one being written is read through
 -- its writer's log as usual.
 function M.open_db(cmd, path)
+  if path ~= ":memory:" and not core.file_type(path) then
+    -- No file there: where it looked, and how a DB comes to be.
+    local where = path:sub(1, 1) == "/" and path or ((os.getenv("PWD") or ".") .. "/" .. path)
+    return M.fail(cmd, string.format("no results DB at %s (%s); `vsalab run SCRIPT` writes one (try "
+      .. "`vsalab run experiments/smoke.lua` in the vsalab checkout: seconds on a CPU), or name "
+      .. "another with --db PATH", where,
+      path == "results.db" and "the default: results.db in this directory" or "from --db"))
+  end
   local ok, db = pcall(core.db_open, path, {snapshot = true})
   if not ok then return M.fail(cmd, tostring(db)) end
   local proxy = {}

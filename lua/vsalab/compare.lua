@@ -32,8 +32,13 @@
 -- lacks is flagged MISSING. A run that is a shard of a sweep (run.sweep_id,
 -- after `vsalab merge`) stands for every shard of it: one logical run. Rows
 -- timed on the host clock (CPU points: a few samples on a shared machine
--- scatter by 10% to 2x run to run) are judged with the wider floor-pct-host
--- (default 50%, never below floor-pct); the header says when it applied.
+-- scatter by 10% to 2x run to run) are judged with a floor derived from
+-- their measured spread: the larger of floor-pct-host (default 50%, never
+-- below floor-pct) and the two runs' relative spreads added
+-- ((max - min) / median of A, plus B's), so a busy host's noise, which
+-- widens each run's range, widens its floor too (M.host_floor_pct); the
+-- header says so, and a row whose floor came from its spread says it in
+-- its flags.
 -- Exit status 1 when any point is SLOW, NEW FAIL
 -- or MISSING (--partial: B may measure a subset, as a rerun does), or no
 -- point matches (so it can gate a CI job), 2 on usage errors.
@@ -157,7 +162,8 @@ function M.resolve_side(db, ref)
     for _, k in ipairs(db:q("SELECT DISTINCT kernel FROM result WHERE " .. in_members .. " ORDER BY kernel")) do
       has[#has + 1] = k.kernel
     end
-    error(string.format("run %d has no rows of kernel '%s' (%s)", id, kernel,
+    error(string.format("run %d has no rows of kernel '%s'%s (%s)", id, kernel,
+      require("vsalab.usage").did_you_mean(kernel, has),
       #has > 0 and "its kernels: " .. table.concat(has, ", ") or "it has no rows"), 0)
   end
   return {run = id, kernel = kernel, label = kernel and (id .. ":" .. kernel) or tostring(id)}
@@ -186,6 +192,27 @@ local function load(db, side)
   return by
 end
 
+-- A result row's relative spread, (max - min) / median (0 when unknown).
+local function rel_spread(r)
+  if type(r.spread) == "number" and r.spread >= 0 and r.spread < math.huge then return r.spread end
+  if r.ms_max and r.ms_min and r.ms_median and r.ms_median > 0 then
+    return (r.ms_max - r.ms_min) / r.ms_median
+  end
+  return 0
+end
+
+-- The floor (in %) of a host-clock point timed in rows ra and rb: the larger
+-- of host_pct and the two runs' relative spreads added. On a loaded host a
+-- run's samples scatter with the load, and its median can sit anywhere in
+-- that range: two identical runs' medians then differ by up to about both
+-- ranges, which a fixed floor does not cover. Returns the floor and
+-- whether the spread set it.
+function M.host_floor_pct(ra, rb, host_pct)
+  local from_spread = 100 * (rel_spread(ra) + rel_spread(rb))
+  if from_spread > host_pct then return from_spread, true end
+  return host_pct, false
+end
+
 local function point_row(r, verdict)
   return {experiment = r.experiment, kernel = r.kernel, B = r.B, H = r.H, S = r.Sq,
     ragged = r.ragged, density = r.density, lists = r.lists, mode = r.mode,
@@ -211,15 +238,21 @@ function M.compare(db, a, b, opts)
   table.sort(only_b)
   local host_opts = {floor_ms = opts.floor_ms,
     floor_pct = math.max(opts.floor_pct or M.defaults.floor_pct, opts.floor_pct_host or M.defaults.floor_pct_host)}
-  local host_rows = 0
+  local host_rows, spread_rows = 0, 0
   for _, k in ipairs(keys) do
     local ra, rb = A[k], B[k]
     local host = ra.host_clock == 1 or rb.host_clock == 1
-    if host then host_rows = host_rows + 1 end
+    local point_opts, spread_floor = opts, nil
+    if host then
+      host_rows = host_rows + 1
+      local pct, by_spread = M.host_floor_pct(ra, rb, host_opts.floor_pct)
+      point_opts = {floor_ms = opts.floor_ms, floor_pct = pct}
+      if by_spread then spread_rows = spread_rows + 1; spread_floor = pct end
+    end
     local v, ratio = M.verdict(
       {median = ra.ms_median, min = ra.ms_min or ra.ms_median, max = ra.ms_max or ra.ms_median},
       {median = rb.ms_median, min = rb.ms_min or rb.ms_median, max = rb.ms_max or rb.ms_median},
-      host and host_opts or opts)
+      point_opts)
     local flags = {}
     if ra.passed == 1 and rb.passed == 0 then flags[#flags + 1] = "NEW FAIL" end
     if ra.throttled == 1 then flags[#flags + 1] = "THROTTLED A" end
@@ -230,6 +263,7 @@ function M.compare(db, a, b, opts)
         flags[#flags + 1] = "ERR UP " .. name
       end
     end
+    if spread_floor then flags[#flags + 1] = string.format("floor %.0f%% (spread)", spread_floor) end
     if v == "SLOW" or flags[1] == "NEW FAIL" then gate = true end
     local row = point_row(rb, v)
     -- Two kernels side by side (RUN:KERNEL on each side): name both.
@@ -252,7 +286,7 @@ function M.compare(db, a, b, opts)
     row.b_ms, row.b = B[k].ms_median, B[k]
     out[#out + 1] = row
   end
-  return out, gate, matched, host_rows, host_opts.floor_pct
+  return out, gate, matched, host_rows, host_opts.floor_pct, spread_rows
 end
 
 -- Points per verdict, and MISSING: the ONLY A points that gate (all of
@@ -277,8 +311,9 @@ Exit 1 on SLOW, NEW FAIL or MISSING (--partial: B may be a subset).
 A point is SAME when B/A is within --floor-pct of 1 (default ]] .. M.defaults.floor_pct
   .. [[%) or the
 medians differ by less than --floor-ms (default ]] .. M.defaults.floor_ms .. [[ ms); host-clock (CPU)
-rows use --floor-pct-host (default ]] .. M.defaults.floor_pct_host .. [[%). Past the floor, SLOW and FAST
-need the two runs' sample ranges apart.]]
+rows use the larger of --floor-pct-host (default ]] .. M.defaults.floor_pct_host .. [[%) and the two runs'
+relative spreads added. Past the floor, SLOW and FAST need the two runs'
+sample ranges apart.]]
 
 -- When no point matched: "run A was timed hot, run B sustained: ..." if the
 -- two runs' rows share no timing mode, else nil.
@@ -351,14 +386,16 @@ function M.main(argv)
     return 2
   end
   local a, b = sa.kernel and sa or sa.run, sb.kernel and sb or sb.run
-  local rows, gate, matched, host_rows, host_pct = M.compare(db, a, b, opts)
+  local rows, gate, matched, host_rows, host_pct, spread_rows = M.compare(db, a, b, opts)
   db:close()
   print(string.format("run %s (baseline) vs run %s: %d matching point%s, floors %.3g%% and %.3g ms",
     sa.label, sb.label, matched, matched == 1 and "" or "s", opts.floor_pct, opts.floor_ms))
   if host_rows > 0 then
-    print(string.format("%d point%s timed on the host clock (CPU): judged with a %.3g%% floor "
-      .. "(--floor-pct-host), as host timings scatter run to run", host_rows,
-      host_rows == 1 and "" or "s", host_pct))
+    -- Which floor judged them: the fixed one, or one derived from the spread.
+    print(string.format("%d point%s timed on the host clock (CPU): each judged with a floor derived "
+      .. "from its measured spread, the larger of %.3g%% (--floor-pct-host) and A's plus B's "
+      .. "(max - min) / median, as host timings scatter run to run; %d point%s took the spread's",
+      host_rows, host_rows == 1 and "" or "s", host_pct, spread_rows, spread_rows == 1 and "" or "s"))
   end
   -- Timing modes never match: a hot run against a sustained one would read
   -- as every point ONLY A / ONLY B for no visible reason, so the reason

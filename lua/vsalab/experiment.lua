@@ -237,7 +237,14 @@ function M.run(e)
       skipped.add(why)
     end
   end
-  M.summary(rows, e.anchors, e.gemm)
+  if shard and #e.configs == 0 then
+    -- Where the table would be: an empty slice is said, not shown empty.
+    print(string.format("%s: shard %d/%d holds none of the sweep's %d point%s (points go to shards by "
+      .. "their hash): nothing to measure here; the other shards measure them", e.name, shard.index,
+      shard.count, planned, planned == 1 and "" or "s"))
+  else
+    M.summary(rows, e.anchors, e.gemm)
+  end
   -- Nothing measured: every point skipped (out of memory, the point
   -- timeout, no backward for it here) or filtered out. Such a run must not
   -- pass as finished with exit 0: it ends `failed` (exit 1) saying why,

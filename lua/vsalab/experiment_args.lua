@@ -118,7 +118,8 @@ function M.args(argv, defaults)
       for name in pairs(defaults) do known[#known + 1] = name end
       for name in pairs(M.common_args) do known[#known + 1] = name end
       table.sort(known)
-      usage.error("argument '" .. k .. "': unknown (known: " .. table.concat(known, ", ") .. ")")
+      usage.error("argument '" .. k .. "': unknown" .. usage.did_you_mean(k, known)
+        .. " (known: " .. table.concat(known, ", ") .. ")")
     end
     local dst = (M.common_args[k] and not (defaults and defaults[k] ~= nil)) and common or o
     if k == "plugin" then
@@ -171,7 +172,7 @@ function M.kernel_set(device, spec, with_reference)
       if not okg then
         local known = {}
         for _, b in ipairs(backends.list) do known[#known + 1] = b.name end
-        usage.error("argument 'kernels': no backward '" .. name .. "' (known: "
+        usage.error("argument 'kernels': no backward '" .. name .. "'" .. usage.did_you_mean(name, known) .. " (known: "
           .. table.concat(known, ", ") .. "; or all / default alone; an external peer needs "
           .. "peers=NAME too)")
       end

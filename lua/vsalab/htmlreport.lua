@@ -135,7 +135,8 @@ h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bot
 table{border-collapse:collapse;margin:8px 0;font-size:12.5px} td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 th{background:#f6f6f6} td.l,th.l{text-align:left} .muted{color:#777} .fail{color:#b00;font-weight:600}
 .pass{color:#070} .note{background:#fffbe6;border:1px solid #f0e0a0;padding:6px 10px;margin:8px 0}
-table.rows td,table.rows th{white-space:nowrap;padding:2px 5px;font-size:11.5px} td.note{text-align:left}
+table.rows td,table.rows th{white-space:nowrap;padding:2px 4px;font-size:11.5px}
+table.rows td.wrap{white-space:normal;text-align:left;min-width:10em;max-width:28em}
 ]]
 
 -- The HTML text for runs (ids) of db; lead: an HTML fragment put first
@@ -272,12 +273,32 @@ function M.render(db, ids, lead, kernels)
       end
       o[#o + 1] = "</table>"
     end
-    o[#o + 1] = '<h2>All rows</h2><table class="rows"><tr>'
     local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "lists", "sharing", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "throttled", "passed", "worst_output", "worst_rel_l2", "note"}
     for _, r in ipairs(rows) do
       if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
     end
-    for _, c in ipairs(cols) do o[#o + 1] = string.format('<th class="%s">%s</th>', c == "note" and "l" or "", c) end
+    -- A column no row fills (pct_gemm without a GEMM ceiling, throttled
+    -- off NVML) is left out, and said.
+    local kept, empty = {}, {}
+    for _, c in ipairs(cols) do
+      local any = c == "id" or c == "experiment" or c == "kernel"
+      for _, r in ipairs(rows) do
+        if any then break end
+        any = r[c] ~= nil and not (c == "throttled" and r[c] ~= 1)
+      end
+      if any then kept[#kept + 1] = c else empty[#empty + 1] = c end
+    end
+    cols = kept
+    o[#o + 1] = "<h2>All rows</h2>"
+    if #rows > 0 and #empty > 0 then
+      o[#o + 1] = string.format('<div class="muted">empty in every row, not shown: %s</div>',
+        esc(table.concat(empty, ", ")))
+    end
+    -- Every column in view at 1,400 px (no scroll box hides any): the
+    -- note alone wraps.
+    o[#o + 1] = '<table class="rows"><tr>'
+    local left = {experiment = true, kernel = true, worst_output = true, lists = true, note = true}
+    for _, c in ipairs(cols) do o[#o + 1] = string.format('<th class="%s">%s</th>', left[c] and "l" or "", c) end
     o[#o + 1] = "</tr>"
     for _, r in ipairs(rows) do
       o[#o + 1] = "<tr>"
@@ -285,7 +306,7 @@ function M.render(db, ids, lead, kernels)
         local v = r[c]
         -- TFLOPS with 4 significant digits: CPU rows are ~0.001 (not 0.0).
         local f = ({density = "%.3f", sharing = "%.3f", ms_median = "%.4f", rel_stddev = "%.3f", tflops = "%.4g", pct_gemm = "%.0f%%", worst_rel_l2 = "%.2e"})[c]
-        local cls = c == "note" and "note" or ((c == "experiment" or c == "kernel" or c == "worst_output" or c == "lists") and "l" or "")
+        local cls = c == "note" and "wrap" or (left[c] and "l" or "")
         if c == "passed" and v ~= nil then cls = v == 1 and "pass" or "fail"; v = v == 1 and "pass" or "FAIL" end
         -- Timed while a power or thermal limit held the clocks down.
         if c == "throttled" then v = v == 1 and "yes" or nil end
@@ -335,6 +356,11 @@ function M.main(argv)
   for _, ref in ipairs(refs) do
     local okr, side = pcall(require("vsalab.compare").resolve_side, db, ref)
     if not okr then db:close(); io.stderr:write("vsalab report: ", tostring(side), "\n"); return 2 end
+    -- A sweep's shards are one run, named by its first shard as `runs`
+    -- and `compare` name it (any shard's id, or the default's latest row,
+    -- may have named it).
+    side.run = shard.members(db, side.run)[1]
+    side.label = side.kernel and (side.run .. ":" .. side.kernel) or tostring(side.run)
     sides[#sides + 1] = side
     if not seen[side.run] then seen[side.run] = true; ids[#ids + 1] = side.run end
     if not side.kernel then

@@ -154,7 +154,7 @@ function M.main(argv)
   if not db then return 2 end
   local function fail(msg, code) db:close(); io.stderr:write("vsalab ", cmd, ": ", msg, "\n"); return code or 2 end
   if cmd == "runs" then
-    local cols = {"id", "status", "started_at", "ended_at", "script", "git_rev", "gpu_name", "rows"}
+    local cols = {"id", "status", "started_at", "ended_at", "script", "args", "git_rev", "gpu_name", "rows"}
     local rows
     if require("vsalab.shard").has_sweeps(db) then
       -- The shards of one sweep are one logical run: one line, its first
@@ -165,7 +165,7 @@ function M.main(argv)
                WHEN sum(r.status = 'running') > 0 THEN 'running' ELSE 'finished' END AS status,
           min(r.started_at) AS started_at,
           CASE WHEN sum(r.ended_at IS NULL) > 0 THEN NULL ELSE max(r.ended_at) END AS ended_at,
-          min(r.script) AS script, min(r.git_rev) AS git_rev, min(r.gpu_name) AS gpu_name,
+          min(r.script) AS script, min(r.args) AS args, min(r.git_rev) AS git_rev, min(r.gpu_name) AS gpu_name,
           sum((SELECT count(*) FROM result WHERE run_id = r.id)) AS rows,
           r.sweep_id AS sweep,
           CASE WHEN r.sweep_id IS NULL THEN NULL
@@ -174,9 +174,23 @@ function M.main(argv)
         tonumber(o.limit or 50))
       cols[#cols + 1], cols[#cols + 2] = "sweep", "shards"
     else
-      rows = db:q([[SELECT r.id, r.status, r.started_at, r.ended_at, r.script, r.git_rev,
+      rows = db:q([[SELECT r.id, r.status, r.started_at, r.ended_at, r.script, r.args, r.git_rev,
           r.gpu_name, (SELECT count(*) FROM result WHERE run_id = r.id) AS rows
         FROM run r ORDER BY r.id DESC LIMIT ?]], tonumber(o.limit or 50))
+    end
+    -- args: the script's arguments as they were typed, one line (the
+    -- column holds them as a JSON list; json and csv keep that text).
+    if o.format == "table" or o.format == "markdown" then
+      for _, r in ipairs(rows) do
+        local okj, list = pcall(json.decode, r.args or "[]")
+        if okj and type(list) == "table" then
+          for i, v in ipairs(list) do
+            v = tostring(v)
+            list[i] = (v == "" or v:find("[^%w%%+,./:=@_%-]")) and ("'" .. v:gsub("'", "'\\''") .. "'") or v
+          end
+          r.args = table.concat(list, " ")
+        end
+      end
     end
     M.print_rows(rows, cols, o.format)
   elseif cmd == "show" then
@@ -189,8 +203,10 @@ function M.main(argv)
     local runq = db:q("SELECT * FROM run WHERE id = ?", id)
     local run = runq[1]
     if o.format == "table" or o.format == "markdown" then
-      local gpu = run.gpu_name and string.format("%s (cc %s, %s SMs), driver %s", run.gpu_name,
-        tostring(run.gpu_cc), tostring(run.sm_count), tostring(run.driver_version)) or "no GPU"
+      local has_gpu = require("vsalab.run").has_gpu(run.gpu_name)
+      local gpu = has_gpu and string.format("%s (cc %s, %s SMs), driver %s", run.gpu_name,
+        tostring(run.gpu_cc), tostring(run.sm_count), tostring(run.driver_version))
+        or ("no GPU" .. (run.gpu_name and (" (" .. run.gpu_name .. ")") or ""))
       local head = {
         string.format("run %d  %s  %s  %s → %s", run.id, run.status, tostring(run.script),
           tostring(run.started_at), tostring(run.ended_at or "-")),

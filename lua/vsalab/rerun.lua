@@ -67,8 +67,9 @@ function M.main(argv)
   ctx.seed = r.run_seed
   -- Timed as the row was, so `compare` sets like against like.
   if require("vsalab.bench").modes[r.mode] then ctx.timing = r.mode end
-  -- Where it ran: rows made on a machine without a GPU have no gpu_name.
-  local device = r.gpu_name and "cuda" or "cpu"
+  -- Where it ran: a run on a machine without a GPU has no GPU's name in
+  -- gpu_name (none, or "cpu: <model>").
+  local device = require("vsalab.run").has_gpu(r.gpu_name) and "cuda" or "cpu"
   io.stderr:write(string.format("rerun of row %d: %s %s on %s, run seed %s, point %s, timing %s\n",
     row_id, r.experiment, r.kernel, device, tostring(r.run_seed), tostring(r.point_hash),
     tostring(ctx.timing or "hot")))

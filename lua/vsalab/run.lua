@@ -99,8 +99,29 @@ function M.environment()
     local d = core.device_info()
     env.gpu_name, env.gpu_cc, env.sm_count = d.name, d.cc, d.sm_count
     env.driver_version = d.driver
+  else
+    -- No GPU: the rows were timed on this CPU; `runs` says which.
+    env.gpu_name = "cpu: " .. M.cpu_model()
   end
   return env
+end
+
+-- This host's CPU model (/proc/cpuinfo's "model name", else its
+-- "Hardware" or "CPU part" line, else "unknown").
+function M.cpu_model()
+  local f = io.open("/proc/cpuinfo")
+  local text = f and f:read("*a") or ""
+  if f then f:close() end
+  for _, key in ipairs{"model name", "Hardware", "CPU part"} do
+    local v = text:match("\n" .. key .. "%s*:%s*([^\n]-)%s*\n") or text:match("^" .. key .. "%s*:%s*([^\n]-)%s*\n")
+    if v and v ~= "" then return (v:gsub("%s+", " ")) end
+  end
+  return "unknown"
+end
+
+-- Whether a run's gpu_name names a GPU (not nil, not "cpu: <model>").
+function M.has_gpu(gpu_name)
+  return type(gpu_name) == "string" and gpu_name:sub(1, 5) ~= "cpu: "
 end
 
 -- --resume's RUN as the other commands name a run (an id, latest,
@@ -407,6 +428,9 @@ function M.finish(status, err)
   end
   local ok, why = true, nil
   if not s.worker and s.id then
+    -- What the interrupt note says (M.interrupted_note).
+    local okc, c = pcall(s.db.q, s.db, "SELECT count(*) AS n FROM result WHERE run_id = ?", s.id)
+    M.ended = {id = s.id, status = status, rows = okc and c[1] and c[1].n or nil}
     pcall(s.db.q, s.db, "PRAGMA busy_timeout = " .. LOCK_WAIT_MS)
     for _ = 1, 3 do
       ok, why = pcall(s.db.end_run, s.db, s.id, status, err)
@@ -429,6 +453,54 @@ function M.finish(status, err)
       .. "strftime('%%Y-%%m-%%dT%%H:%%M:%%fZ', 'now') WHERE id = %d\"", s.id, status,
       tostring(why):gsub("^[^:\n]*%.lua:%d+: ", ""), s.path, s.path, status, s.id), 0)
   end
+end
+
+-- A word of a command line as a POSIX shell reads it back: quoted unless
+-- it is made of safe characters only.
+local function shell_word(w)
+  if w ~= "" and not w:find("[^%w%%+,./:=@_%-]") then return w end
+  return "'" .. w:gsub("'", "'\\''") .. "'"
+end
+
+-- After the host closed an interrupted run: "run N interrupted after K
+-- rows; continue with `vsalab run ... --resume N`", the command line this
+-- process was started with (vsalab.context.argv0 and .command: the words
+-- after `run`) with --resume N before the script in place of any --resume
+-- it had. nil when no run row was closed 'interrupted' by this process.
+function M.interrupted_note()
+  local e = M.ended
+  if not (e and e.status == "interrupted" and e.id) then return nil end
+  local ctx = context()
+  local words = {shell_word(ctx.argv0 or "vsalab"), "run"}
+  local cmd = ctx.command or {}
+  local i, placed = 1, false
+  while i <= #cmd do
+    local w = cmd[i]
+    if w == "--resume" then
+      i = i + 2
+    else
+      -- The first word that is no option (nor an option's value) is the script.
+      if not placed and (w:sub(1, 1) ~= "-" or w == "--") then
+        words[#words + 1] = "--resume"
+        words[#words + 1] = tostring(e.id)
+        placed = true
+        for j = i, #cmd do words[#words + 1] = shell_word(cmd[j]) end
+        break
+      end
+      words[#words + 1] = shell_word(w)
+      if w ~= "--check" then
+        i = i + 1
+        if cmd[i] then words[#words + 1] = shell_word(cmd[i]) end
+      end
+      i = i + 1
+    end
+  end
+  if not placed then
+    words[#words + 1] = "--resume"
+    words[#words + 1] = tostring(e.id)
+  end
+  return string.format("run %d interrupted after %s row%s; continue with `%s`", e.id,
+    e.rows and tostring(e.rows) or "its", e.rows == 1 and "" or "s", table.concat(words, " "))
 end
 
 -- os.exit from a script would skip the host's closing of the run row: close

@@ -256,7 +256,12 @@ function override(self, argv)
       if not axis then
         local known = {}
         for _, ax in ipairs(self.axes) do known[#known + 1] = ax.name end
-        error("sweep: no axis '" .. name .. "' (axes: " .. table.concat(known, ", ") .. ")", 0)
+        error("sweep: no axis '" .. name .. "'" .. require("vsalab.usage").did_you_mean(name, known)
+          .. " (axes: " .. table.concat(known, ", ") .. ")", 0)
+      end
+      -- Values without brackets are one value: a comma means a list was meant.
+      if vals:find(",", 1, true) and not vals:find("[%[%]]") then
+        error(string.format("sweep: -a %s: a list is written in brackets: -a '%s=[%s]'", spec, name .. flag, vals), 0)
       end
       -- Its values' errors name the axis and the -a given, as the checks below do.
       local okv, values = pcall(parse_values, vals, flag == "[pow2]")

@@ -9,6 +9,7 @@
 -- (docs/cli.md, "Exit status"); pcall, tostring and string matching on it
 -- work as on a plain message. usage.wrap(fn, ...) calls fn and turns a
 -- plain string error into a usage error (for checks written with error()).
+-- usage.did_you_mean(word, names) suggests the nearest name of a typo.
 local M = {}
 
 local mt = {__tostring = function(e) return e.message end}
@@ -24,6 +25,40 @@ end
 -- and exits 1.
 function M.fail(message)
   error(setmetatable({plain = true, message = tostring(message)}, mt), 0)
+end
+
+-- Levenshtein distance between strings a and b (bytes; case counts).
+function M.distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = {[0] = i}
+    local ca = a:byte(i)
+    for j = 1, #b do
+      local cost = ca == b:byte(j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+-- " (did you mean 'NAME'?)" for the candidate nearest to word, when a
+-- typo's distance away (at most 1 edit for short words, a third of the
+-- word's length for longer ones; a case slip counts as none), else "".
+-- candidates: a list of strings.
+function M.did_you_mean(word, candidates)
+  word = tostring(word)
+  local best, best_d
+  for _, c in ipairs(candidates or {}) do
+    c = tostring(c)
+    local d = c:lower() == word:lower() and 0 or M.distance(word, c)
+    if c ~= word and (not best_d or d < best_d) then best, best_d = c, d end
+  end
+  if best and best_d <= math.max(1, math.floor(#word / 3)) then
+    return " (did you mean '" .. best .. "'?)"
+  end
+  return ""
 end
 
 function M.is(e)

@@ -380,6 +380,16 @@ setup(lua_State *L)
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "args");
+  lua_pushstring(L, o->argv0 ? o->argv0 : "vsalab");
+  lua_setfield(L, -2, "argv0");
+  if (o->run_argv) {
+    lua_createtable(L, o->run_argc, 0);
+    for (int i = 0; i < o->run_argc; i++) {
+      lua_pushstring(L, o->run_argv[i]);
+      lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "command");
+  }
   lua_newtable(L);
   for (int i = 0; i < o->ncontext; i++) {
     const char *eq = strchr(o->context[i], '=');
@@ -492,6 +502,25 @@ finish_run(lua_State *L, const char *status, const char *err)
  * 128 + SIGPIPE, as the shell reports other CLIs killed by it. */
 #define EXIT_PIPE (128 + SIGPIPE)
 
+/* After a run stopped by signal sig was closed: say how to resume it
+ * (vsalab.run.interrupted_note, when it closed a run row) and return the
+ * exit status, 128 + SIGINT for Ctrl-C, 1 for the other signals (a second
+ * signal's forced exit is 128 + its number: tests tell the two apart). */
+static int
+interrupted_exit(lua_State *L, int sig)
+{
+  lua_getglobal(L, "require");
+  lua_pushstring(L, "vsalab.run");
+  if (vsa_host_docall(L, 1, 1) == 0) {
+    lua_getfield(L, -1, "interrupted_note");
+    lua_remove(L, -2);
+    if (vsa_host_docall(L, 0, 1) == 0 && lua_type(L, -1) == LUA_TSTRING)
+      fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
+  }
+  lua_pop(L, 1);
+  return sig == SIGINT ? 128 + SIGINT : 1;
+}
+
 int
 vsa_host_run_script(lua_State *L, const vsa_host_options *o)
 {
@@ -521,6 +550,11 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
   }
   lua_setglobal(L, "arg");
   int rc = luaL_loadfile(L, o->script);
+  if (rc == LUA_ERRFILE) { /* no such script: the command line's mistake */
+    fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return 2;
+  }
   if (rc == 0) {
     for (int i = 0; i < o->argc; i++) lua_pushstring(L, o->argv[i]);
     rc = vsa_host_docall(L, o->argc, 0);
@@ -535,18 +569,23 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
   if (rc != 0) {
     int usage = is_usage_error(L, -1);
     const char *msg = error_text(L, -1);
-    /* stdout closed under us (`vsalab run ... | head`): stop quietly. */
-    if (!(piped && stopped)) fprintf(stderr, "vsalab: %s\n", msg);
+    /* stdout closed under us (`vsalab run ... | head`): stop quietly. An
+     * interrupt is no bug: its message without the traceback. */
+    if (stopped && strstr(msg, "interrupted!")) msg = strstr(msg, "interrupted!");
+    const char *tb = stopped ? strstr(msg, "\nstack traceback:") : NULL;
+    if (!(piped && stopped))
+      fprintf(stderr, "vsalab: %.*s\n", tb ? (int)(tb - msg) : (int)strlen(msg), msg);
     finish_run(L, stopped ? "interrupted" : "failed", msg);
     lua_pop(L, 1);
     if (piped && stopped) return EXIT_PIPE;
-    return usage && !stopped ? 2 : 1;
+    if (stopped) return interrupted_exit(L, stopped);
+    return usage ? 2 : 1;
   }
   /* An interrupt the script swallowed (coroutine.resume) still ends the run
    * 'interrupted'. */
   if (stopped) {
     finish_run(L, "interrupted", vsa_interrupt_message());
-    return piped ? EXIT_PIPE : 1;
+    return piped ? EXIT_PIPE : interrupted_exit(L, stopped);
   }
   return finish_run(L, "finished", NULL) == 0 ? 0 : 1;
 }

@@ -24,6 +24,9 @@ typedef struct {
   const char *script;   /* script path, or NULL */
   int argc;             /* script arguments */
   char **argv;
+  const char *argv0;    /* the program as it was called (NULL: "vsalab") */
+  int run_argc;         /* the words after `vsalab run`, for the resume hint */
+  char **run_argv;      /* after an interrupt (vsalab.run.interrupted_note) */
 } vsa_host_options;
 
 /* A new Lua state with the standard libraries, the `vsalab` module (C core
@@ -34,7 +37,11 @@ lua_State *vsa_host_new(const vsa_host_options *opts);
 
 /* Run a script file with `arg` set (arg[0] = script, arg[1..] = args). On
  * error prints the message and the Lua traceback to stderr and returns 1;
- * returns 0 on success. The run row (if the script began one) is closed as
+ * returns 0 on success; 2 when the script cannot be read (a usage error).
+ * A run stopped by a signal prints the message without a traceback and,
+ * when it closed a run row, how to resume it; it returns 130 for SIGINT
+ * (128 + SIGINT, as a shell reports Ctrl-C), 141 when stdout's reader
+ * left, else 1. The run row (if the script began one) is closed as
  * 'finished', 'failed' or 'interrupted'. With --resume, the run's seed and
  * timing are taken first (vsalab.run.adopt_resume); a missing run or one
  * that ran another script, seed, arguments or timing prints why and

@@ -4,7 +4,8 @@
  *   vsalab --version | help
  *
  * Exit status: 0 on success, 1 when the script raised an error (the message
- * and Lua traceback go to stderr), 2 on a usage error.
+ * and Lua traceback go to stderr), 2 on a usage error (a script that cannot
+ * be read included), 130 when Ctrl-C (SIGINT) stopped a run.
  */
 #include <errno.h>
 #include <signal.h>
@@ -92,6 +93,9 @@ static const char repl_usage[] =
     "\n"
     "options: --db, --device, --seed, --context, --resume, --point-timeout and\n"
     "--timing, as for run (vsalab run --help).\n";
+
+/* The program as it was called (argv[0]), for the commands vsalab suggests. */
+static const char *argv0 = "vsalab";
 
 /* parse_options' result when it printed the command's --help: exit 0. */
 #define HELP_SHOWN (-1)
@@ -309,6 +313,9 @@ cmd_run(int argc, char **argv)
   o.script = argv[i];
   o.argc = argc - i - 1;
   o.argv = argv + i + 1;
+  o.argv0 = argv0;
+  o.run_argc = argc;
+  o.run_argv = argv;
   if (o.devices && o.resume) {
     fprintf(stderr, "vsalab: --devices does not take --resume (resume on one GPU with --device)\n");
     return 2;
@@ -419,9 +426,53 @@ cmd_lua(const lua_command *c, int argc, char **argv)
   return check_stdout(rc);
 }
 
+/* Levenshtein distance of a and b, each at most 63 bytes (longer: 99). */
+static int
+edit_distance(const char *a, const char *b)
+{
+  size_t n = strlen(a), m = strlen(b);
+  if (n > 63 || m > 63) return 99;
+  int row[64];
+  for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= n; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= m; j++) {
+      int up = row[j];
+      int best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[m];
+}
+
+/* The command nearest to a mistyped one (a typo's distance away: one edit
+ * for a short word, a third of its length for a longer one), or NULL. */
+static const char *
+nearest_command(const char *word)
+{
+  static const char *const names[] = {"run", "repl", "help", NULL};
+  const char *best = NULL;
+  int best_d = 99;
+  for (int i = 0; names[i]; i++) {
+    int d = edit_distance(word, names[i]);
+    if (d < best_d) best = names[i], best_d = d;
+  }
+  for (const lua_command *c = lua_commands; c->name; c++) {
+    int d = edit_distance(word, c->name);
+    if (d < best_d) best = c->name, best_d = d;
+  }
+  int limit = (int)strlen(word) / 3;
+  return best_d <= (limit > 1 ? limit : 1) ? best : NULL;
+}
+
 int
 main(int argc, char **argv)
 {
+  if (argc > 0 && argv[0]) argv0 = argv[0];
   if (argc < 2 && isatty(0) && isatty(1)) return cmd_repl(0, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "repl") == 0) return cmd_repl(argc - 2, argv + 2);
   if (argc == 3 && strcmp(argv[1], "help") == 0) { /* vsalab help CMD: CMD --help */
@@ -448,6 +499,10 @@ main(int argc, char **argv)
   if (strcmp(argv[1], "run") == 0) return cmd_run(argc - 2, argv + 2);
   for (const lua_command *c = lua_commands; c->name; c++)
     if (strcmp(argv[1], c->name) == 0) return cmd_lua(c, argc, argv);
-  fprintf(stderr, "vsalab: unknown command '%s' (see vsalab help)\n", argv[1]);
+  const char *near = nearest_command(argv[1]);
+  if (near)
+    fprintf(stderr, "vsalab: unknown command '%s' (did you mean '%s'? see vsalab help)\n", argv[1], near);
+  else
+    fprintf(stderr, "vsalab: unknown command '%s' (see vsalab help)\n", argv[1]);
   return 2;
 }

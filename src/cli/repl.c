@@ -1,10 +1,12 @@
 /* repl.c — `vsalab repl`: a LuaJIT prompt with the vsalab module loaded.
  *
  * Line editing, history (~/.vsalab_history) and tab completion of table
- * fields ("vsalab.ba<Tab>") come from libedit's readline interface. A line
- * is first tried as an expression (`return <line>`; a leading '=' forces
- * that) and its values are printed with tostring (tensors print their
- * summary); otherwise as a statement. A chunk whose only error is an
+ * fields ("vsalab.ba<Tab>"; a function completes with its '(', a tensor's
+ * methods after ':' and its properties after '.') come from libedit's
+ * readline interface. A line is first tried as an expression (`return
+ * <line>`; a leading '=' forces that) and its values are printed by
+ * lua/vsalab/repl.lua (tensors print their summary, tables one level
+ * deep); otherwise as a statement. `help` says what the prompt offers. A chunk whose only error is an
  * unexpected <eof> continues on the next line (">> "), as in luajit.c.
  * Errors print with their traceback and the prompt stays. Ctrl-C at the
  * prompt drops the current line; during a call it raises "interrupted!"
@@ -109,12 +111,14 @@ collect_in(lua_State *L)
   if (sep) push_path(L, text, base);
   else lua_pushvalue(L, LUA_GLOBALSINDEX);
   /* Where names come from: a table's own keys; a userdata's metatable
-   * `methods` (keys) and `properties` (a list: t.shape, t.dtype...); a
-   * table's metatable `__complete` (a list: fields loaded on first use,
-   * such as vsalab.cases). */
+   * `methods` (keys, after ':' only: t:fill(...)) and `properties` (a
+   * list, after '.' only: t.shape, t.dtype...); a table's metatable
+   * `__complete` (a list: fields loaded on first use, such as
+   * vsalab.cases). */
   int top = lua_gettop(L);
   if (lua_isuserdata(L, top) && lua_getmetatable(L, top)) {
-    lua_getfield(L, -1, "methods");
+    if (method_call) lua_getfield(L, -1, "methods");
+    else lua_pushnil(L);
     if (method_call) lua_pushnil(L);
     else lua_getfield(L, -2, "properties");
     lua_remove(L, top + 1);
@@ -130,6 +134,7 @@ collect_in(lua_State *L)
     if (!lua_istable(L, src)) continue;
     int is_list = src == top + 2; /* properties / __complete: lists of names */
     int i = 0;
+    int callable = 0; /* a function: completes with its call's '(' */
     lua_pushnil(L);
     for (;;) {
       if (is_list) {
@@ -141,7 +146,7 @@ collect_in(lua_State *L)
         }
       } else {
         if (lua_next(L, src) == 0) break;
-        int callable = lua_isfunction(L, -1);
+        callable = lua_isfunction(L, -1);
         lua_pop(L, 1);
         if (method_call && !callable && src == top + 1 && lua_istable(L, top)) continue;
       }
@@ -151,10 +156,11 @@ collect_in(lua_State *L)
       char **grown = realloc(candidates, sizeof *candidates * (ncandidates + 1));
       if (!grown) break;
       candidates = grown;
-      size_t n = base + (sep ? 1 : 0) + strlen(k) + 1;
+      size_t n = base + (sep ? 1 : 0) + strlen(k) + 2;
       candidates[ncandidates] = malloc(n);
       if (!candidates[ncandidates]) break;
-      snprintf(candidates[ncandidates++], n, "%.*s%s", (int)(base + (sep ? 1 : 0)), text, k);
+      snprintf(candidates[ncandidates++], n, "%.*s%s%s", (int)(base + (sep ? 1 : 0)), text, k,
+               callable ? "(" : "");
     }
   }
   lua_settop(L, top - 1);
@@ -298,20 +304,12 @@ vsa_repl(lua_State *L)
     "  if type(v) == 'function' then return function(_, ...) return v(d, ...) end end\n"
     "  return v\n"
     "end})");
-  /* How results print: query results (db:q rows, which have .columns) as
-   * an aligned table, everything else through print (tensors summarise
-   * themselves). Kept in the registry, out of the user's globals. */
-  (void)luaL_dostring(L,
-    "local query = require 'vsalab.query'\n"
-    "return function(...)\n"
-    "  for i = 1, select('#', ...) do\n"
-    "    local v = select(i, ...)\n"
-    "    if type(v) == 'table' and type(rawget(v, 'columns')) == 'table' then\n"
-    "      if #v == 0 then print(string.format('(no rows; columns: %s)', table.concat(v.columns, ', ')))\n"
-    "      else query.print_rows(v, v.columns, 'table') end\n"
-    "    else print(v) end\n"
-    "  end\n"
-    "end");
+  /* `help` (typed alone, or called): what the prompt offers. */
+  (void)luaL_dostring(L, "help = require('vsalab.repl').help");
+  /* How results print (lua/vsalab/repl.lua): query results as an aligned
+   * table, other tables one level deep, everything else through print.
+   * Kept in the registry, out of the user's globals. */
+  (void)luaL_dostring(L, "return require('vsalab.repl').print");
   lua_setfield(L, LUA_REGISTRYINDEX, "vsalab.repl_print");
   printf("vsalab %s — Lua with the vsalab module; Tab completes, Ctrl-D leaves\n",
          lua_tostring(L, (lua_getglobal(L, "vsalab"), lua_getfield(L, -1, "version"), -1)));

@@ -88,6 +88,46 @@ describe("vsalab CLI", function()
       assert.truthy(err2:find(case[2], 1, true), err2)
       assert.is_nil(io.open(dir .. "/stub-calls"), "main-job.sh " .. case[1] .. " started a tool")
     end
+    -- Without a GPU, main-job.sh says so before it sets up or builds
+    -- anything (it built for minutes, then failed in the run). nvidia-smi
+    -- as a driver without a GPU answers it, and as one that cannot reach it.
+    for _, smi in ipairs{{6, "No devices were found"},
+        {9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."}} do
+      H.write(bin .. "/nvidia-smi", string.format('#!/bin/sh\necho "%s"\nexit %d\n', smi[2], smi[1]))
+      os.execute("chmod +x " .. bin .. "/nvidia-smi")
+      os.remove(dir .. "/stub-calls")
+      local rc3, out3, err3 = H.sh("PATH=" .. bin .. ":$PATH " .. H.root .. "/scripts/main-job.sh --db x.db -a H=40")
+      assert.equal(1, rc3, err3)
+      assert.equal("", out3)
+      assert.truthy(err3:find("main-job.sh: nvidia-smi finds no GPU here (" .. smi[2] .. ")", 1, true), err3)
+      assert.truthy(err3:find("experiments/smoke.lua runs the same flow on the CPU", 1, true), err3)
+      assert.is_nil(io.open(dir .. "/stub-calls"), "main-job.sh without a GPU started a tool")
+    end
+    os.remove(bin .. "/nvidia-smi")
+  end)
+
+  it("suggests the name a typo meant, hints a list's brackets, and exits 2 for a missing script", function()
+    local smoke = H.root .. "/experiments/smoke.lua"
+    local db = dir .. "/typo.db"
+    for _, case in ipairs{
+        {"runz", "unknown command 'runz' (did you mean 'run'?"},
+        {"comprae 1 2", "unknown command 'comprae' (did you mean 'compare'?"},
+        {"run --db " .. db .. " " .. smoke .. " kernels=refrence", "no backward 'refrence' (did you mean 'reference'?)"},
+        {"run --db " .. db .. " " .. smoke .. " -a densty=[0.5]", "no axis 'densty' (did you mean 'density'?)"},
+        {"run --db " .. db .. " " .. smoke .. " devise=cpu", "argument 'devise': unknown (did you mean 'device'?)"},
+        {"run --db " .. db .. " " .. smoke .. " -a density=0.5,0.25",
+         "-a density=0.5,0.25: a list is written in brackets: -a 'density=[0.5,0.25]'"},
+        {"run --db " .. db .. " " .. dir .. "/no-such-script.lua", "cannot open " .. dir .. "/no-such-script.lua"}} do
+      local rc, _, err = H.vsalab(case[1])
+      assert.equal(2, rc, case[1] .. ": " .. err)
+      assert.truthy(err:find(case[2], 1, true), err)
+      assert.falsy(err:find("traceback", 1, true), err)
+    end
+    -- A name far from every command gets no guess.
+    local _, _, err = H.vsalab("xyzzy")
+    assert.truthy(err:find("unknown command 'xyzzy' (see vsalab help)", 1, true), err)
+    -- Nothing was run: no DB was made.
+    assert.is_nil(vsalab.file_type(db))
   end)
 
   it("exits 2 on usage errors", function()
@@ -134,7 +174,7 @@ describe("vsalab CLI", function()
     end
   end)
 
-  it("passes script args and exits 1 with a traceback on error", function()
+  it("passes script args and exits 1 with a traceback on a script's error", function()
     H.write(dir .. "/args.lua", [[print(#arg, arg[0], arg[1], arg[2], select('#', ...), vsalab.context.seed)]])
     local rc, out = H.vsalab("run --seed 77 " .. dir .. "/args.lua a b")
     assert.equal(0, rc)
@@ -144,8 +184,9 @@ describe("vsalab CLI", function()
     assert.equal(1, rc2)
     assert.truthy(err:match("boom"))
     assert.truthy(err:match("stack traceback"))
+    -- A script that is not there is the command line's mistake: exit 2, as a missing DB.
     local rc3, _, err3 = H.vsalab("run " .. dir .. "/missing.lua")
-    assert.equal(1, rc3)
+    assert.equal(2, rc3)
     assert.truthy(err3:match("cannot open"))
   end)
 

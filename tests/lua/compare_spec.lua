@@ -169,6 +169,72 @@ describe("vsalab compare", function()
   end)
 end)
 
+describe("vsalab compare of host-clock rows", function()
+  -- One host-clock row per point: {median, min, max} in ms.
+  local function host_run(db, points)
+    local id = db:begin_run{script = "host"}
+    for i, t in ipairs(points) do
+      db:log{run_id = id, experiment = "host", kernel = "reference", B = 1, H = 2, Sq = 256 * i,
+        Skv = 256 * i, D = 64, block = 64, density = 0.5, topk = 1, ragged = 0,
+        ms_median = t[1], ms_min = t[2], ms_max = t[3], spread = (t[3] - t[2]) / t[1],
+        samples = 3, passed = 1, mode = "hot", extra = vsalab.json.encode{clock = "host"}}
+    end
+    db:end_run(id, "finished")
+    return id
+  end
+
+  it("widens the floor to the measured spread, and says which floor judged", function()
+    local dir = H.tmpdir()
+    local path = dir .. "/h.db"
+    local db = vsalab.db_open(path)
+    -- Point 1: a loaded host, ranges apart, B/A 1.6 (past 50%) but within
+    -- the runs' spreads (40% + 47%): the same kernel, the load moved.
+    -- Point 2: a quiet host, 5% spreads, 2x slower: SLOW still.
+    local a = host_run(db, {{100, 80, 120}, {10, 9.8, 10.3}})
+    local b = host_run(db, {{160, 125, 200}, {10.1, 9.9, 10.4}})
+    local c = host_run(db, {{160, 125, 200}, {20, 19.5, 20.5}})
+    db:close()
+    local rc, out = H.vsalab("compare --db " .. path .. " " .. a .. " " .. b)
+    assert.equal(0, rc, out)
+    assert.truthy(out:find("SAME 2  FAST 0  SLOW 0  AMBIGUOUS 0", 1, true), out)
+    assert.truthy(out:find("2 points timed on the host clock (CPU): each judged with a floor derived "
+      .. "from its measured spread", 1, true), out)
+    assert.truthy(out:find("1 point took the spread's", 1, true), out)
+    assert.truthy(out:match("1%.600%s+SAME%s+floor 87%% %(spread%)"), out)
+    local rc2, out2 = H.vsalab("compare --db " .. path .. " " .. a .. " " .. c)
+    assert.equal(1, rc2, out2)
+    assert.truthy(out2:find("SAME 1  FAST 0  SLOW 1", 1, true), out2)
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("says SAME for two identical CPU smoke runs on a host busy on every core", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/busy.db"
+    -- Busy loops on every core (and one more), bounded in time, for both
+    -- runs; each run's load differs as the scheduler places them.
+    local ncpu = 1
+    local p = io.popen("nproc 2>/dev/null")
+    if p then ncpu = tonumber(p:read("*l") or "") or 1; p:close() end
+    local pids = {}
+    for i = 1, ncpu + 1 do
+      local job = H.spawn("timeout 300 sh -c 'while :; do :; done'")
+      pids[i] = job
+    end
+    local smoke = H.root .. "/experiments/smoke.lua -a 'density=[0.25,0.5]'"
+    local rc1, _, e1 = H.vsalab("run --db " .. db .. " " .. smoke)
+    local rc2, _, e2 = H.vsalab("run --db " .. db .. " " .. smoke)
+    local rc, out = H.vsalab("compare --db " .. db .. " latest~1 latest")
+    -- (timeout passes the TERM on to its loop)
+    for _, job in ipairs(pids) do os.execute("kill " .. job.pid .. " 2>/dev/null") end
+    assert.equal(0, rc1, e1)
+    assert.equal(0, rc2, e2)
+    assert.equal(0, rc, out)
+    assert.truthy(out:find("SAME 6  FAST 0  SLOW 0  AMBIGUOUS 0", 1, true), out)
+    assert.truthy(out:find("6 points timed on the host clock (CPU)", 1, true), out)
+    os.execute("rm -rf " .. dir)
+  end)
+end)
+
 describe("vsalab rerun", function()
   it("rebuilds a row's inputs exactly and measures it again", function()
     local dir = H.tmpdir()

@@ -306,7 +306,7 @@ describe("crashes and lost runs", function()
     local t_ready = assert(cpu_ticks(), "the run ended before the fill")
     H.wait_until("0.3 s of the fill's CPU time", function() return (cpu_ticks() or math.huge) >= t_ready + 30 end)
     os.execute("kill -INT " .. job.pid)
-    assert.equal(1, job.wait("the run to stop at SIGINT"))
+    assert.equal(128 + 2, job.wait("the run to stop at SIGINT"))
     -- Said as an interrupt (the still-armed hook made it "error in error
     -- handling").
     local err2 = assert(H.read(dir .. "/err"))
@@ -490,7 +490,7 @@ describe("what a new user sees", function()
     os.execute("rm -rf " .. dir)
   end)
 
-  it("reports every column on one line per row, against the axis that varies, for the latest timed run", function()
+  it("reports every column in view, one row a line but for its wrapped note, against the axis that varies, for the latest timed run", function()
     local dir = H.tmpdir()
     local db = dir .. "/r.db"
     local d = vsalab.db_open(db)
@@ -757,6 +757,24 @@ describe("a kernel engineer's findings: runs that measure nothing", function()
     assert.truthy(err:find("every point of this slice was skipped", 1, true), err)
     rc, _, err = H.vsalab("run --shard 0/2 --db " .. dir .. "/s2.db " .. filtered)
     assert.equal(1, rc, err)
+  end)
+
+  it("says a shard's slice is empty instead of printing an empty table", function()
+    -- Two points in 64 slices: of slices 0 to 2, one at least holds none.
+    local empty = 0
+    for i = 0, 2 do
+      local rc, out, err = H.vsalab(string.format("run --shard %d/64 --db %s/e%d.db %s/experiments/smoke.lua -a 'density=[0.5]'",
+        i, dir, i, H.root))
+      assert.equal(0, rc, err)
+      if err:find("shard " .. i .. "/64: 0 of 2 points", 1, true) then
+        empty = empty + 1
+        assert.equal("smoke: shard " .. i .. "/64 holds none of the sweep's 2 points (points go to shards by "
+          .. "their hash): nothing to measure here; the other shards measure them\n", out)
+      else
+        assert.truthy(out:find("\nkernel ", 1, true), out)
+      end
+    end
+    assert.is_true(empty >= 1)
   end)
 
   it("still passes a run that measured some points and skipped others", function()

@@ -21,6 +21,38 @@ describe("result queries", function()
     assert.truthy(out:match("^| id | status"))
   end)
 
+  it("lists each run's arguments and, without a GPU, its CPU", function()
+    local adb = dir .. "/args.db"
+    assert.equal(0, (H.vsalab("run --db " .. adb .. " " .. H.root .. "/experiments/smoke.lua -a 'density=[0.5]' kernels=reference")))
+    local rc, out = H.vsalab("runs --db " .. adb)
+    assert.equal(0, rc)
+    assert.truthy(out:match("^id +status +started_at +ended_at +script +args +git_rev +gpu_name +rows"), out)
+    -- As typed (quoted where a shell needs it), on one line.
+    assert.truthy(out:find(" -a 'density=[0.5]' kernels=reference ", 1, true), out)
+    -- The CPU that timed the rows, as /proc/cpuinfo names it.
+    local f = io.open("/proc/cpuinfo")
+    local model = f and f:read("*a"):match("\nmodel name%s*:%s*([^\n]-)%s*\n")
+    if f then f:close() end
+    assert.truthy(out:find("cpu: " .. (model or ""), 1, true), out)
+    local _, js = H.vsalab("runs --db " .. adb .. " --format json")
+    assert.truthy(js:find('"args":"[\\"-a\\",\\"density=[0.5]\\",\\"kernels=reference\\"]"', 1, true), js)
+    assert.truthy(js:find('"gpu_name":"cpu: ', 1, true), js)
+  end)
+
+  it("says where it looked for a DB that is not there, and how to make one", function()
+    local cwd = H.tmpdir()
+    local rc, out, err = H.sh("cd " .. cwd .. " && " .. H.exe .. " runs")
+    assert.equal(2, rc)
+    assert.equal("", out)
+    assert.truthy(err:find("vsalab runs: no results DB at " .. cwd .. "/results.db (the default: "
+      .. "results.db in this directory); `vsalab run SCRIPT` writes one", 1, true), err)
+    assert.truthy(err:find("--db PATH", 1, true), err)
+    local rc2, _, err2 = H.vsalab("compare --db " .. cwd .. "/none.db 1 2")
+    assert.equal(2, rc2)
+    assert.truthy(err2:find("no results DB at " .. cwd .. "/none.db (from --db)", 1, true), err2)
+    os.execute("rm -rf " .. cwd)
+  end)
+
   it("does not read a file a rollback-mode writer left mid-transaction as it stands", function()
     -- A writer killed inside a transaction that spilled pages into the
     -- file: its hot journal holds the committed pages. Read as it stands,
@@ -63,7 +95,7 @@ describe("result queries", function()
     local rcm, md = H.vsalab("show --format markdown --db " .. ctx .. " latest")
     assert.equal(0, rcm)
     assert.truthy(md:find("^%- `run 1  finished  "), md)
-    assert.truthy(md:find("\n%- `no GPU, CUDA runtime [^\n]*, seed 1234`\n"), md)
+    assert.truthy(md:find("\n%- `no GPU %(cpu: [^\n]*%), CUDA runtime [^\n]*, seed 1234`\n"), md)
     assert.truthy(md:find('\n- `args ["-a","density=[0.5]"], context {"gpu_note":"spare"}`\n\n| id | experiment', 1, true), md)
     assert.equal(2, (H.vsalab("show --db " .. db .. " 42")))
     for _, bad in ipairs{"show latest~99999999999999999999", "show 123456789012345678901",

@@ -231,6 +231,28 @@ describe("the case runner has teeth", function()
   end)
 end)
 
+describe("the case runner's report of a backward that raises", function()
+  it("names the seed the case drew, and never seed=nil", function()
+    -- As a failing peer does: every call raises.
+    local failing = {name = "failing", run = function() error("peer exited with status 3") end}
+    local seed = H.seed()
+    local res = vsalab.cases.run(failing, {device = "cpu", seed = seed, only = {2}})
+    assert.is_true(#res >= 1)
+    for _, r in ipairs(res) do
+      local line = vsalab.cases.format(r)
+      assert.is_false(r.passed, line)
+      assert.equal("ran without error", r.check, line)
+      assert.falsy(line:find("seed=nil", 1, true), line)
+      -- The first seed after the run's: the one case 2 drew.
+      assert.truthy(line:find(" FAIL seed=" .. (seed + 1) .. " ", 1, true), line)
+      assert.truthy(line:find("peer exited with status 3", 1, true), line)
+    end
+    -- A result without a seed says none.
+    local line = vsalab.cases.format{case = 1, name = "n", check = "c", passed = false, detail = "d"}
+    assert.falsy(line:find("seed", 1, true), line)
+  end)
+end)
+
 describe("options", function()
   it("rejects misspelt option keys and conflicting ones", function()
     local p = vsalab.problem.build{B = 1, H = 1, Sq = 128, D = 16, topk = 1, seed = 1, device = "cpu"}

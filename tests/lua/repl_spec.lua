@@ -80,10 +80,30 @@ describe("vsalab repl", function()
     tmux("send-keys -t r Tab")
     wait_for("vsalab.cases")
     drop_line()
+    -- A property completes without a call's '(' (the marker typed after
+    -- the Tab shows the Tab was read), a method after ':' with it; after
+    -- '.' a tensor offers its properties, not its methods.
     tmux("send-keys -t r -l 't.sha'")
     tmux("send-keys -t r Tab")
-    wait_for("t.shape")
+    tmux("send-keys -t r -l ' -- read'")
+    wait_for("t.shape -- read")
     drop_line()
+    tmux("send-keys -t r -l 't:num'")
+    tmux("send-keys -t r Tab")
+    wait_for("t:numel(")
+    drop_line()
+    tmux("send-keys -t r -l 't.fil'")
+    tmux("send-keys -t r Tab")
+    tmux("send-keys -t r -l ' -- read'")
+    wait_for("t.fil -- read")
+    drop_line()
+    -- help says what the prompt offers; a table prints one level deep.
+    type_line("help")
+    wait_for("vsalab REPL: LuaJIT with the `vsalab` module loaded")
+    assert.falsy(screen():find("\nnil\n", 1, true), screen())
+    type_line("{1, 'two', x = {3, 4}, y = 5}")
+    wait_for('{1, "two", x = {...2}, y = 5}')
+    assert.falsy(screen():find("table: 0x", 1, true), screen())
     -- After ':' only methods: t:fi completes, t:sha does not (t:shape is
     -- no call). The marker typed after the Tab shows the Tab was read.
     tmux("send-keys -t r -l 't:fi'")

@@ -116,3 +116,120 @@ describe("vsalab report A B", function()
     assert.is_true(#png > 30000, "screenshot only " .. #png .. " bytes")
   end)
 end)
+
+describe("vsalab report, read by a new user", function()
+  local dir = H.tmpdir()
+  local path = dir .. "/n.db"
+  teardown(function() os.execute("rm -rf " .. dir) end)
+  local has_chromium = os.execute("command -v chromium >/dev/null 2>&1") == 0
+
+  -- A run whose points all have one token count (768): kernels x densities,
+  -- each kernel `scale` times its base time; every column of a row filled,
+  -- as a GPU run fills them (a GEMM ceiling, a throttled row, long notes).
+  local function one_shape_run(db, scale, run_info)
+    local info = {script = "experiments/smoke.lua", gpu_name = "NVIDIA H200"}
+    for k, v in pairs(run_info or {}) do info[k] = v end
+    local id = db:begin_run(info)
+    for _, k in ipairs{"reference", "sm90a", "sm100a-emu"} do
+      for _, d in ipairs{0.25, 0.5, 1.0} do
+        local ms = (k == "reference" and 8 or 1) * d * (scale[k] or 1)
+        db:log{run_id = id, experiment = "smoke", kernel = k, B = 1, H = 2, Sq = 768, Skv = 768,
+          D = 64, block = 64, density = d, topk = 12 * d, ragged = 0, ms_median = ms, ms_min = ms * 0.99,
+          ms_max = ms * 1.01, samples = 20, rel_stddev = 0.004, tflops = 0.4 / ms, mode = "hot",
+          passed = 1, throttled = (k == "sm90a" and d == 1) and 1 or 0,
+          note = "emulated (checked, not a speed): heads 0,1; 4 q + 4 kv blocks each vs fp64 oracle",
+          extra = [[{"sharing":0.594,"point":{"lists":"vsa:2"}}]],
+          errors = {dq = {rel_l2 = 2.5e-3, passed = true}, dk = {rel_l2 = 1.5e-3, passed = true}}}
+      end
+    end
+    db:log{run_id = id, experiment = "gemm", kernel = "gemm_bf16", B = 1, H = 1, Sq = 8192, Skv = 8192,
+      D = 128, block = 64, density = 1, ms_median = 1, tflops = 700, mode = "hot", passed = 1}
+    db:end_run(id, "finished")
+    return id
+  end
+  local db = vsalab.db_open(path)
+  local a = one_shape_run(db, {})
+  local b = one_shape_run(db, {sm90a = 1.3})
+  -- One sweep in two shards (as `vsalab merge` leaves them in one file).
+  local s1 = one_shape_run(db, {}, {sweep_id = "sw1", shard_index = 0, shard_count = 2})
+  local s2 = one_shape_run(db, {}, {sweep_id = "sw1", shard_index = 1, shard_count = 2})
+  db:close()
+
+  local function report(args)
+    local rc, out, err = H.vsalab("report --db " .. path .. " -o " .. dir .. "/r.html " .. args)
+    local f = io.open(dir .. "/r.html")
+    local html = f and f:read("*a")
+    if f then f:close() end
+    return rc, html, err .. out
+  end
+
+  it("draws points that share one token count as bars, coloured by series, verdicts by shape", function()
+    local rc, html, msg = report(a .. " " .. b)
+    assert.equal(0, rc, msg)
+    local svg
+    for one in html:gmatch('<svg.-</svg>') do
+      if one:find("smoke · B/A", 1, true) then svg = one end
+    end
+    assert.truthy(svg, html)
+    assert.truthy(svg:find("every point at 768 tokens: one bar per point", 1, true), svg)
+    -- The legend's colour of each series.
+    local color = {}
+    for fill, name in svg:gmatch('<rect x="%d+" y="%d+" width="24" height="8" fill="([^"]+)"/>\n<text[^>]*>([^<]+)</text>') do
+      color[name] = fill
+    end
+    local series = 0
+    for _ in pairs(color) do series = series + 1 end
+    assert.equal(9, series, svg)
+    -- Every bar and every marker in its series' colour (not its verdict's);
+    -- sm90a's three points (1.3x) SLOW, each an upward triangle.
+    local bars, slow = 0, 0
+    for fill, name in svg:gmatch('<rect [^>]*fill="([^"]+)" fill%-opacity="0.75"><title>(.-): %d+ tokens') do
+      bars = bars + 1
+      assert.equal(color[name], fill, name)
+    end
+    assert.equal(9, bars, svg)
+    for d, fill, name, verdict in svg:gmatch('<path d="([^"]+)" fill="([^"]+)"[^>]*><title>(.-): %d+ tokens[^<]*, (%u+)</title>') do
+      assert.equal(color[name], fill, name)
+      assert.equal("SLOW", verdict)
+      slow = slow + 1
+      -- The apex above the base: the first point has the smallest y.
+      local y1, y2 = d:match("^M[%d.]+,([%d.]+) L[%d.]+,([%d.]+)")
+      assert.is_true(tonumber(y1) < tonumber(y2), d)
+    end
+    assert.equal(3, slow, svg)
+  end)
+
+  it("fits the rows table in a 1,400 px window", function()
+    assert(has_chromium, "chromium is not installed (scripts/setup.sh installs it)")
+    local rc, html, msg = report(tostring(a))
+    assert.equal(0, rc, msg)
+    -- The page measures itself: the width the rows table needs against the
+    -- window's, written into the DOM that --dump-dom prints.
+    H.write(dir .. "/measure.html", (html:gsub("</body>", [[<script>
+      var t = document.querySelector('table.rows');
+      document.body.setAttribute('data-fit', [Math.ceil(t.getBoundingClientRect().right),
+        document.documentElement.clientWidth, document.documentElement.scrollWidth,
+        window.innerWidth].join(' '));
+      </script></body>]])))
+    local rc2, dom = H.sh("timeout 90 chromium --headless --no-sandbox --disable-gpu --hide-scrollbars "
+      .. "--window-size=1400,900 --dump-dom file://" .. dir .. "/measure.html")
+    assert.equal(0, rc2)
+    local need, room, page, window = dom:match('data%-fit="(%d+) (%d+) (%d+) (%d+)"')
+    assert.truthy(need, dom:sub(1, 300))
+    assert.equal(1400, tonumber(window))
+    assert.is_true(tonumber(need) <= tonumber(room), "the rows table ends at " .. need .. " px of " .. room)
+    assert.is_true(tonumber(page) <= 1400, "the page is " .. page .. " px wide")
+  end)
+
+  it("names a merged run by its first shard, as `runs` does", function()
+    local _, runs = H.vsalab("runs --db " .. path)
+    assert.truthy(runs:match("\n" .. s1 .. " +finished"), runs)
+    for _, args in ipairs{"", tostring(s2), "latest"} do
+      local rc, html, msg = report(args)
+      assert.equal(0, rc, msg)
+      assert.truthy(html:find("<h2>Run " .. s1 .. " ", 1, true), args .. ": " .. html:match("<h2>Run [^<]*"))
+      assert.falsy(html:find("<h2>Run " .. s2 .. " ", 1, true), args)
+      assert.truthy(html:find("sweep sw1: runs " .. s1 .. ", " .. s2 .. ", one logical run", 1, true))
+    end
+  end)
+end)

@@ -128,6 +128,39 @@ describe("robustness", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("says how to resume a run Ctrl-C stopped, without a traceback, and exits 130", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/c.db"
+    local ready = dir .. "/ready"
+    local script = dir .. "/two rows.lua"
+    -- Two rows, then a loop (a C call each turn: compiled loops run no
+    -- hooks) until the interrupt; once resumed, the script ends.
+    H.write(script, string.format("vsalab.log{experiment='t', kernel='k'}\nvsalab.log{experiment='t', kernel='k'}\n"
+      .. "if not vsalab.context.resume then io.open(%q, 'w'):close()\n"
+      .. "while true do vsalab.interrupt_pending() end end\n", ready))
+    local job = H.spawn(H.exe .. " run --db " .. db .. " --seed 5 '" .. script .. "' n=1 'w=a b' 2>" .. dir .. "/err")
+    H.wait_until("the loop", function() return io.open(ready) end)
+    os.execute("kill -INT " .. job.pid)
+    assert.equal(130, job.wait("the run to stop at SIGINT"))
+    local f = assert(io.open(dir .. "/err"))
+    local err = f:read("*a")
+    f:close()
+    assert.falsy(err:find("traceback", 1, true), err)
+    assert.truthy(err:find("vsalab: interrupted! (SIGINT)\n", 1, true), err)
+    local cmd = err:match("vsalab: run 1 interrupted after 2 rows; continue with `([^`]+)`\n")
+    assert.truthy(cmd, err)
+    assert.equal(H.exe .. " run --db " .. db .. " --seed 5 --resume 1 '" .. script .. "' n=1 'w=a b'", cmd)
+    -- The command it gives resumes the run.
+    local rc, _, err2 = H.sh(cmd)
+    assert.equal(0, rc, err2)
+    local d = vsalab.db_open(db, {readonly = true})
+    local r = d:q("SELECT status, (SELECT count(*) FROM result) AS n FROM run")[1]
+    d:close()
+    assert.equal("finished", r.status)
+    assert.equal(4, r.n)
+    os.execute("rm -rf '" .. dir .. "'")
+  end)
+
   it("takes one process's repeated signal as one interrupt, and a later one as a forced exit", function()
     local dir = H.tmpdir()
     -- The script's error handler takes `slow` seconds, so the run is still
