@@ -1,12 +1,21 @@
--- Every CASES.md case for every backward available on CUDA (tag `gpu`;
--- tests/gpu/run.sh specs). The cases run while busted loads the file (each
--- result becomes one test), so this file is the slow one (minutes): the
--- other GPU specs run alone without it.
+-- Every CASES.md case for every default backward available on CUDA (tag
+-- `gpu`; tests/gpu/run.sh specs): no variant, no emulation (the emulated
+-- sm100a has its own steps, sm100emu and sm100emu-full). The cases run
+-- while busted loads the file (each result becomes one test), so this file
+-- is the slow one (minutes): the other GPU specs run alone without it.
+-- VSALAB_CASES_BACKENDS=a,b runs those backends alone (run.sh starts one
+-- process a backend, so each gets its own summary line and time).
 local H = require "helpers"
+
+local only
+if os.getenv("VSALAB_CASES_BACKENDS") then
+  only = {}
+  for name in os.getenv("VSALAB_CASES_BACKENDS"):gmatch("[^,%s]+") do only[name] = true end
+end
 
 describe("#gpu CASES.md on CUDA", function()
   for _, b in ipairs(vsalab.backends.available("cuda")) do
-   if not b.variant_of then
+   if (only and only[b.name]) or (not only and not b.variant_of and not b.emulated) then
     local results = vsalab.cases.run(b, {device = "cuda", seed = H.seed() * 100,
       on_result = function(r) io.stderr:write(vsalab.cases.format(r), "\n") end})
     for _, r in ipairs(results) do
@@ -14,6 +23,13 @@ describe("#gpu CASES.md on CUDA", function()
         assert(r.passed, vsalab.cases.format(r))
       end)
     end
+    if only then only[b.name] = nil end
    end
+  end
+  -- A backend named in VSALAB_CASES_BACKENDS that is not available here fails.
+  for name in pairs(only or {}) do
+    it(name .. " is available on CUDA", function()
+      error(name .. " (VSALAB_CASES_BACKENDS) is no backend available on CUDA here", 0)
+    end)
   end
 end)
