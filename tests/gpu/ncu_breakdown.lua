@@ -1,21 +1,21 @@
--- breakdown.lua — one timed-path call of sm90a (v3) per shape and dQ mode
--- (fp32, then the fixed-point deterministic mode), for a per-kernel time
--- split (preprocess: Delta, zeroing, work order, and the K/V statistics of
--- the fixed-point bound; its row exponents; main kernel; dQ finish) under
--- Nsight Compute
--- (tests/gpu/run.sh breakdown):
+-- ncu_breakdown.lua — one call of each named backend per shape (B1 H8 D128
+-- 25%, random lists; 4k, 8k, 16k), for a per-kernel time split under
+-- Nsight Compute (preprocess: Delta, zeroing, work order, the K/V
+-- statistics of the fixed-point bound; row exponents; main kernel; dQ
+-- finish). tests/gpu/run.sh breakdown runs it over the dq-modes kernels:
 --   ncu --metrics gpu__time_duration.sum \
---       -k regex:"prep_kernel|row_exp_kernel|bwd_ws_kernel|dq_finish" \
---       build/vsalab run tests/gpu/breakdown.lua
-local shapes = {4096, 8192, 16384}
-for _, S in ipairs(shapes) do
+--       -k regex:"prep_kernel|row_exp_kernel|bwd_(ws_|kv2_)?kernel|dq_finish" \
+--       build/vsalab run tests/gpu/ncu_breakdown.lua BACKEND...
+local names = {...}
+if #names == 0 then require("vsalab.usage").error("usage: vsalab run tests/gpu/ncu_breakdown.lua BACKEND...") end
+for _, S in ipairs{4096, 8192, 16384} do
   local p = vsalab.problem.build{B = 1, H = 8, Sq = S, D = 128, density = 0.25,
     seed = 7, device = "cuda"}
-  for _, det in ipairs{false, true} do
-    local dq, dk, dv = vsalab.backward_sm90a(p.dO, p.q, p.k, p.v, p.o, p.lse,
-      p.k2q_idx, p.k2q_num, p.vbs, {canonical = false, deterministic = det})
+  for _, name in ipairs(names) do
+    local dq, dk, dv = vsalab.backends.get(name).run(p)
     vsalab.synchronize()
-    print(("S=%d pairs=%d deterministic=%s"):format(S, p.pairs, tostring(det)))
+    print(("S=%d pairs=%d backend %s"):format(S, p.pairs, name))
     dq:free(); dk:free(); dv:free()
   end
+  vsalab.problem.free(p)
 end

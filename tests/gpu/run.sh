@@ -147,7 +147,10 @@ tests_bin=$(dirname "$bin")
 [ -x "$tests_bin/tcgen05_ladder_emu" ] || tests_bin=build/tests
 # The emulated sm100a joins only the steps that ask for it (VSALAB_SM100_EMU=1 there).
 unset VSALAB_SM100_EMU
-out=${OUT:-gpu-out}
+# OUT is taken relative to where run.sh was started; its default, gpu-out,
+# to the repository. The check scripts write there too.
+if [ -n "${OUT:-}" ] && [[ $OUT != /* ]]; then out=$start_dir/$OUT; else out=${OUT:-$PWD/gpu-out}; fi
+export OUT=$out
 check_timeout=${CHECK_TIMEOUT:-300}
 peer_dir=${PEER_DIR:-.peer/fastvideo_triton}
 # The example plug-ins sit beside the binary (build/ or tests/gpu/pack.sh's folder).
