@@ -34,6 +34,9 @@ end
 if #names == 0 then usage.error(help) end
 local failed = 0
 for _, name in ipairs(names) do
+  if not pcall(vsalab.backends.get, name) then usage.error("cases.lua: no backward named '" .. name .. "'") end
+end
+for _, name in ipairs(names) do
   local ok, why = vsalab.backends.supported(name, "cuda")
   if not ok then
     print(name .. ": unavailable: " .. tostring(why))

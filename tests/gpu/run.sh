@@ -186,6 +186,9 @@ run_cmd() {
   fi
 }
 
+# The limit of the long steps' checks: CHECK_TIMEOUT, at least 600 s.
+long_limit() { echo $((check_timeout > 600 ? check_timeout : 600)); }
+
 why_failed() { # why_failed STATUS: words for a check's exit status
   case $1 in
     124|137) echo "timed out after ${limit:-$check_timeout} s" ;;
@@ -360,7 +363,8 @@ step_sanitize() {
 }
 
 step_sanitize_full() {
-  local tool
+  local tool limit
+  limit=$(long_limit)
   for tool in memcheck racecheck synccheck; do
     check "$tool, every backend" env VSALAB_SM100_EMU=1 compute-sanitizer --tool $tool \
       --error-exitcode 3 "$bin" run tests/gpu/sanitize_calls.lua
@@ -390,7 +394,8 @@ step_sm100emu() {
 }
 
 step_sm100emu_full() {
-  local emu all_emu b tool
+  local emu all_emu b tool limit
+  limit=$(long_limit)
   sm100emu_common
   emulated_names || return
   all_emu=$(backends emulated-all VSALAB_SM100_EMU=1 | paste -sd' ')
@@ -445,13 +450,16 @@ step_devices() { check "--devices all against --device 0; a faulting worker" tes
 step_invert() { check "invert_bench" "$bin" run --db "$out/results.db" experiments/invert_bench.lua; }
 
 step_seed_sweep() {
+  local limit
+  limit=$(long_limit)
   rm -f "$out/seed_sweep.db"*
   check "seed_sweep" "$bin" run --db "$out/seed_sweep.db" experiments/seed_sweep.lua
   check "every row passed its spot check" rows_pass "$out/seed_sweep.db"
 }
 
 step_wan720p() {
-  local limit=$((check_timeout > 600 ? check_timeout : 600))
+  local limit
+  limit=$(long_limit)
   rm -f "$out/wan720p.db"*
   # shellcheck disable=SC2086 # WAN720P_ARGS: words
   check "wan720p (${WAN720P_ARGS:-default options})" "$bin" run --db "$out/wan720p.db" experiments/wan720p.lua ${WAN720P_ARGS:-}
@@ -515,7 +523,8 @@ step_sustained() {
 }
 
 step_energy() {
-  local db=$out/energy.db k t first limit=$((check_timeout > 600 ? check_timeout : 600))
+  local db=$out/energy.db k t first limit
+  limit=$(long_limit)
   k=$(timing_kernels)
   first=$(backends dq-modes | head -1)
   rm -f "$db"* "$out/ablated.db"*
