@@ -39,6 +39,8 @@ printf '#!/bin/sh\nexit 0\n' > "$tmp/gpu/tcgen05_ladder_emu"
 cat > "$tmp/gpu/vsalab" <<'EOF'
 #!/usr/bin/env bash
 echo "vsalab $*" >> "$FAKE_CALLS"
+[ -z "${VSALAB_CASES_BACKENDS:-}" ] ||
+  echo "VSALAB_CASES_BACKENDS=$VSALAB_CASES_BACKENDS VSALAB_CASES_SKIP=${VSALAB_CASES_SKIP:-} VSALAB_CASES_ONLY=${VSALAB_CASES_ONLY:-} " >> "$FAKE_CALLS.env"
 if [ "$1" = query ]; then
   sql=${*: -1}
   echo value
@@ -66,7 +68,7 @@ case $script in
       "${FAKE_NOPLAN:-}") printf 'ok 1 - one\n'; exit 0 ;;
       "${FAKE_HANG:-}") sleep 30; exit 0 ;;
     esac
-    printf 'ok 1 - %s one\nok 2 - two\nok 3 - # SKIP pending\n1..3\n' "${VSALAB_CASES_BACKENDS:-}" ;;
+    printf 'ok 1 - %sone\nok 2 - two\nok 3 - # SKIP pending\n1..3\n' "${VSALAB_CASES_BACKENDS:+$VSALAB_CASES_BACKENDS }" ;;
   tests/gpu/list_backends.lua)
     case $1 in
       default) printf 'reference\nfakegpu\n' ;;
@@ -85,7 +87,7 @@ export FAKE_CALLS=$tmp/calls.txt
 export PEER_DIR=$tmp/no-peer
 gpu_path=$tmp/bin:$PATH
 nogpu_path=$PATH
-unset OLD EMU_CASES EMU_LAUNCHES_SCALE CHECK_TIMEOUT
+unset OLD EMU_CASES_SKIP EMU_LAUNCHES_SCALE CHECK_TIMEOUT JOBS
 
 # run_suite NAME [VAR=VALUE...] -- ARGS...: run.sh with the fakes, output in
 # $tmp/NAME.txt, OUT=$tmp/NAME; sets rc.
@@ -119,8 +121,10 @@ grep -q "^usage: tests/gpu/run.sh" "$tmp/help.txt" || fail "--help has no usage 
 # shellcheck disable=SC2086 # one word a step
 PATH=$nogpu_path OLD=/bin/true "$runner" --dry-run "$fake" $steps > "$tmp/dry.txt" 2>&1 || fail "--dry-run exit $?"
 for s in $steps; do grep -qx "=== $s" "$tmp/dry.txt" || fail "--dry-run did not show step $s"; done
-grep -q "cases.lua --only=1,2,3,4,5,6,7,8,9,10,11,13,14 --launches-scale=0.1" "$tmp/dry.txt" \
+grep -q "cases.lua --skip=12 --launches-scale=0.1" "$tmp/dry.txt" \
   || fail "--dry-run: sm100emu does not show the emulated CASES subset"
+grep -q "spec cases_spec.lua:<default> (side by side" "$tmp/dry.txt" \
+  || fail "--dry-run: the CASES specs are not shown side by side"
 [ ! -e "$tmp/calls.txt" ] || fail "--dry-run ran vsalab: $(cat "$tmp/calls.txt")"
 
 # --- usage errors and no GPU: exit 2, nothing run ---------------------------
@@ -144,11 +148,20 @@ want_rc green 0
 has green "^spec +gpu_spec.lua +passed +2 +failed +0 +[0-9]+ s +\(1 pending\)"
 has green "^spec +cases_spec.lua:reference +passed +2 +failed +0"
 has green "^spec +cases_spec.lua:fakegpu +passed +2 +failed +0"
+has green "^spec +cases_spec.lua:fakegpu case 12 +passed +2 +failed +0"
 has green "^step +quick +passed +3 +failed +0"
-has green "^step +specs +passed +12 +failed +0"
+has green "^step +specs +passed +16 +failed +0"
 has green "^total: 2 steps, 0 failed or not run"
 hasnt green "plugin_spec"
-grep -q "VSALAB_CASES_BACKENDS\|reference one" "$tmp/green/specs.log" || fail "green: specs.log lacks the cases output"
+grep -q "^ok 1 - fakegpu one" "$tmp/green/specs.log" || fail "green: specs.log lacks the cases output"
+grep -q "VSALAB_CASES_BACKENDS=fakegpu VSALAB_CASES_SKIP=12 " "$tmp/calls.txt.env" \
+  || fail "green: CASES did not run without case 12 side by side"
+grep -q "VSALAB_CASES_BACKENDS=fakegpu VSALAB_CASES_SKIP= VSALAB_CASES_ONLY=12 " "$tmp/calls.txt.env" \
+  || fail "green: case 12 did not run apart"
+# One at a time (JOBS=1) gives the same lines.
+run_suite serial JOBS=1 -- "$fake" specs
+want_rc serial 0
+has serial "^step +specs +passed +16 +failed +0"
 
 # --- a failing, a crashing, a planless spec: every file still runs ----------
 run_suite red FAKE_FAIL=gpu_spec.lua FAKE_CRASH=bench_spec.lua FAKE_NOPLAN=sm90a_spec.lua -- "$fake" specs
@@ -158,7 +171,7 @@ has red "boom"
 has red "^spec +bench_spec.lua +passed +1 +failed +1 .*exit 139 after 1 tests"
 has red "^spec +sm90a_spec.lua +passed +1 +failed +1 .*no TAP plan line"
 has red "^spec +vsa_lists_spec.lua +passed +2 +failed +0"
-has red "^step +specs +passed +9 +failed +3"
+has red "^step +specs +passed +13 +failed +3"
 has red "^total: 1 steps, 1 failed or not run"
 
 # --- a spec past CHECK_TIMEOUT fails, and the run goes on -------------------
@@ -180,9 +193,9 @@ want_rc all 0
 for s in quick specs sanitize sm100emu plugins peers; do has all "^step +$s "; done
 has all "^step +peers +passed +0 +failed +0 .*skipped: no Triton peer"
 has all "^spec +plugin_spec.lua +passed +2"
-has all "CASES 1,2,3,4,5,6,7,8,9,10,11,13,14, launches x0.1: fakeemu"
+has all "CASES but 12, launches x0.1: fakeemu"
 has all "^total: 6 steps, 0 failed or not run"
-grep -q "cases.lua --only=1,2,3,4,5,6,7,8,9,10,11,13,14 --launches-scale=0.1 fakeemu" "$tmp/calls.txt" \
+grep -q "cases.lua --skip=12 --launches-scale=0.1 fakeemu" "$tmp/calls.txt" \
   || fail "all: the emulated CASES subset did not run on the emulated backend"
 grep -q "sanitize_calls.lua fakegpu fakegpu-fp32" "$tmp/calls.txt" \
   || fail "all: racecheck/synccheck did not run on the dq-modes kernels"
