@@ -158,6 +158,9 @@ check_timeout=${CHECK_TIMEOUT:-300}
 cores=$(nproc 2>/dev/null || echo 4)
 jobs=${JOBS:-$((cores < 8 ? cores : 8))}
 peer_dir=${PEER_DIR:-.peer/fastvideo_triton}
+for v in check_timeout jobs; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: ${v^^} must be a whole number > 0, got '${!v}'" >&2; exit 2; }
+done
 # The example plug-ins sit beside the binary (build/ or tests/gpu/pack.sh's folder).
 export VSALAB_PLUGIN_DIR=${VSALAB_PLUGIN_DIR:-$(dirname "$bin")}
 export PATH=$PATH:/usr/local/cuda/bin

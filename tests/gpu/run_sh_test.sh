@@ -134,6 +134,9 @@ has unknown "no step or group 'nosuchstep'"
 [ ! -e "$tmp/unknown/summary.txt" ] || fail "unknown step: a summary was written"
 run_suite badopt -- --frobnicate
 want_rc badopt 2
+run_suite badjobs JOBS=x -- "$fake" quick
+want_rc badjobs 2
+has badjobs "JOBS must be a whole number"
 rm -rf "$tmp/nogpu"
 PATH=$nogpu_path OUT=$tmp/nogpu "$runner" "$fake" quick > "$tmp/nogpu.txt" 2>&1
 rc=$?
