@@ -15,7 +15,7 @@
  *                          synchronises (so it declares CAPTURABLE: vsalab
  *                          holds the stream and may capture it in a graph)
  *   cuda_example_fault     writes through a bad pointer (an illegal address):
- *                          the GPU fault test (tests/gpu/run.sh plugin) checks
+ *                          the GPU fault test (tests/gpu/run.sh plugins) checks
  *                          that the run then ends `failed` with its rows kept
  * Pointers are device pointers on args->device (VSALAB_PLUGIN_CUDA only).
  */

@@ -580,7 +580,7 @@ l_gpu_sleep(lua_State *L)
  * and wait for it: raises cudaErrorIllegalAddress, and the CUDA context is
  * unusable afterwards (a sticky error; only a new process recovers).
  * Fault injection for the robustness proof (VSALAB_FAULT_AT in experiments,
- * tests/gpu/fault_proof.sh); never called otherwise. */
+ * tests/gpu/check_fault_recovery.sh); never called otherwise. */
 static int
 l_gpu_fault(lua_State *L)
 {

@@ -2,8 +2,8 @@
 # pack.sh — gather what a GPU host without Lua packages needs into one
 # folder (default .gpu-bin, git-ignored): build/vsalab, the example
 # plug-ins (build/libvsalab_example_*.so), plus busted and its
-# Lua/C modules from this machine's Debian packages. Copy that folder to the GPU host and
-# run tests/gpu/run.sh .gpu-bin/vsalab there.
+# Lua/C modules from this machine's Debian packages. Copy that folder with
+# the tree to the GPU host and run tests/gpu/run.sh .gpu-bin/vsalab there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=${1:-.gpu-bin}

@@ -1,4 +1,4 @@
--- GPU specs of plug-in backends (tag `gpu`; tests/gpu/run.sh plugin): the
+-- GPU specs of plug-in backends (tag `gpu`; tests/gpu/run.sh plugins): the
 -- example CUDA plug-in (examples/plugins/cuda_backward.cu) through the
 -- CASES.md cases on CUDA, its timed call captured in a CUDA graph and timed
 -- on a held stream, and the CPU example refused on CUDA tensors.

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# plugin_proof.sh — plug-in backends on the GPU (tests/gpu/run.sh plugin):
+# check_plugin_sweep.sh — plug-in backends on the GPU (tests/gpu/run.sh plugins):
 #  1. the example CUDA plug-in (build/libvsalab_example_cuda.so, or beside
 #     the binary after tests/gpu/pack.sh) in seed_sweep beside sm90a: its
 #     rows must pass the oracle, in hot and in graph timing;
 #  2. a plug-in that faults the GPU (symbol cuda_example_fault) must end the
 #     run 'failed' with cudaErrorIllegalAddress recorded, the rows before it
 #     kept and the DB intact.
-#   tests/gpu/plugin_proof.sh [VSALAB_BINARY]
+#   tests/gpu/check_plugin_sweep.sh [VSALAB_BINARY]
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 unset VSALAB_SM100_EMU # the emulated sm100a (a correctness test) stays out of these sweeps
 bin=${1:-build/vsalab}
 lib=$(dirname "$bin")/libvsalab_example_cuda.so
@@ -19,8 +19,10 @@ db=$out/plugin.db
 rm -f "$db"*
 status=0
 sweep="-a Sq=[4096,8192] reference=0"
+# The plug-in beside the default kernel only: the variants add time, not proof.
 for m in hot graph; do
-  "$bin" run --timing $m --db "$db" experiments/seed_sweep.lua $sweep plugin="$lib" > "$out/plugin.$m" 2>&1 || status=1
+  "$bin" run --timing $m --db "$db" experiments/seed_sweep.lua $sweep plugin="$lib" \
+    kernels=sm90a,vsalab_example_cuda > "$out/plugin.$m" 2>&1 || status=1
   tail -12 "$out/plugin.$m"
 done
 "$bin" query --db "$db" "SELECT run_id, kernel, Sq, mode, round(ms_median,4) AS ms, round(tflops,1) AS tflops, passed FROM result WHERE kernel IN ('sm90a', 'vsalab_example_cuda') ORDER BY run_id, Sq, kernel"

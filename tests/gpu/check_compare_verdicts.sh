@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# compare_proof.sh — the regression-verdict proof on a GPU: the same sweep
+# check_compare_verdicts.sh — `vsalab compare` end to end on a GPU
+# (tests/gpu/run.sh compare): the same sweep
 # twice must compare SAME everywhere; a run with a deliberate slowdown
 # (VSALAB_SLOWDOWN_US adds a spin kernel to every timed sm90a call) must
 # compare SLOW and exit 1. Rows the power cap slowed in either run
 # (flagged THROTTLED) are listed and not judged.
-#   tests/gpu/compare_proof.sh [VSALAB_BINARY]
+#   tests/gpu/check_compare_verdicts.sh [VSALAB_BINARY]
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 bin=${1:-build/vsalab}
 out=${OUT:-gpu-out}
 mkdir -p "$out"

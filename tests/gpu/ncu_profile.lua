@@ -1,10 +1,10 @@
--- profile.lua — launches for Nsight Compute (tests/gpu/run.sh profile) at
+-- ncu_profile.lua — launches for Nsight Compute (tests/gpu/run.sh profile) at
 -- B1 H8 S32768 25%, random lists: sm90a v3 (default), v3 with the dQ
 -- reduce ablated (VSALAB_ABLATE=no_dq_reduce: dq wrong, timing only), then
 -- v4 and v4 ablated. ncu's -k regex picks the main
 -- kernels:
 --   ncu --clock-control none -k regex:"bwd_(ws_|kv2_)?kernel" --set full \
---       build/vsalab run tests/gpu/profile.lua
+--       build/vsalab run tests/gpu/ncu_profile.lua
 local ffi = require "ffi"
 ffi.cdef [[int setenv(const char *, const char *, int); int unsetenv(const char *);]]
 local Sq = tonumber(os.getenv("PROFILE_SQ") or "32768")

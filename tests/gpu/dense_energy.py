@@ -3,9 +3,9 @@
 B1 H8 D128 bf16, causal off) timed back to back for 3 s per shape, with
 NVML's energy and power-cap counters around the samples: the energy a FLOP
 costs on this board when nothing is sparse, to set beside the sustained
-rows of vsalab and Triton (kernels/NOTES.md "Energy per pair").
-Throwaway measuring stick for the device (torch is there); the product never
-needs it. FLOPs: 10·S²·D per head (2.5× the forward's 4·S²·D), the same count
+rows of vsalab and Triton (kernels/NOTES.md "Energy per pair";
+tests/gpu/run.sh energy runs it when torch imports). A measuring stick on
+the GPU host only; the product never needs it. FLOPs: 10·S²·D per head (2.5× the forward's 4·S²·D), the same count
 as 10·64·64·D per selected pair with every pair selected."""
 import os
 import sys
@@ -14,7 +14,7 @@ import time
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "peers"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
 import vsalab_peer as vp  # noqa: E402
 
 

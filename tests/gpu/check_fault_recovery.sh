@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# fault_proof.sh — a sticky CUDA error mid-sweep (VSALAB_FAULT_AT=2 launches a
+# check_fault_recovery.sh — (tests/gpu/run.sh fault) a sticky CUDA error mid-sweep (VSALAB_FAULT_AT=2 launches a
 # kernel that stores to an unmapped address at point 2) must end the run
 # 'failed' with the error recorded, keep point 1's rows, leave the DB intact
 # (integrity_check ok) and usable by the next run.
-#   tests/gpu/fault_proof.sh [VSALAB_BINARY]
+#   tests/gpu/check_fault_recovery.sh [VSALAB_BINARY]
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 bin=${1:-build/vsalab}
 out=${OUT:-gpu-out}
 mkdir -p "$out"

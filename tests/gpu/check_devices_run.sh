@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# devices_proof.sh — `vsalab run --devices` on real GPUs.
-#   tests/gpu/devices_proof.sh [VSALAB_BINARY]
+# check_devices_run.sh — `vsalab run --devices` on real GPUs.
+#   tests/gpu/check_devices_run.sh [VSALAB_BINARY]
 #
 # On any GPU count (the one-GPU H200 too; tests/gpu/run.sh step `devices`):
 #  1. the same sweep with --device 0 (one process) and --devices all: the
@@ -22,7 +22,7 @@
 # experiments/seed_sweep.lua at 4k-32k, no reference; SWEEP="" runs its
 # whole default sweep, 4k-131k, as issue 16 asks).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 bin=${1:-build/vsalab}
 out=${OUT:-gpu-out}
 mkdir -p "$out"

@@ -1,6 +1,6 @@
--- qchunk_sweep.lua — sm90a v3's q_chunk (q blocks per chunk of the q range)
+-- qchunk_table.lua — sm90a v3's q_chunk (q blocks per chunk of the q range)
 -- at the shapes where the Q/dO/dQ working set of one head outgrows L2:
---   build/vsalab run tests/gpu/qchunk_sweep.lua
+--   build/vsalab run tests/gpu/qchunk_table.lua (tests/gpu/run.sh qchunk-table)
 -- Kernel-only medians of 10 CUDA-event samples, TFLOPS on selected blocks;
 -- each setting is timed twice, in mirrored order.
 local shapes = {
