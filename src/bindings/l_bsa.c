@@ -356,6 +356,7 @@ fill_shape(const attn_dims *d, vsa_shape *s, float sm_scale)
   s->Skv = (int)d->Skv;
   s->D = (int)d->D;
   s->sm_scale = sm_scale;
+  s->block = 0; /* 64: the bindings pass 64-token problems (block 128: see the block axis) */
 }
 
 // ----------------------------------------------------------------------------

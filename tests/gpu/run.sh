@@ -767,7 +767,9 @@ done
 rm -f "$out/.check.out"
 
 # The summary: a line per spec file and per step, then the total.
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo "no git checkout")
+# The binary's own revision (what was tested), not the tree's.
+commit=$("$bin" --version 2>/dev/null | sed -n 's/.*(\([0-9a-f]*\)).*/\1/p' | cut -c1-7)
+[ -n "$commit" ] || commit=$(git rev-parse --short HEAD 2>/dev/null || echo "unknown revision")
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo
 echo "=== summary ($(date -u +%Y-%m-%d), $commit, ${gpu:-unknown GPU}; logs in $out)"
