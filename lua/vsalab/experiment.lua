@@ -754,8 +754,8 @@ function M.run_config(e, i, c, device, seed, rows, n)
           goto next_backend
         end
         -- The mode when not the default burst: a sustained point's figure is a capped one.
-        report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %.2g%% (%d %ssamples, %s)%s; checking",
-          label, b.name, bst.median, 100 * bst.rel_stddev, bst.samples,
+        report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %s (%d %ssamples, %s)%s; checking",
+          label, b.name, bst.median, report.percent(bst.rel_stddev), bst.samples,
           (bst.mode and bst.mode ~= "hot") and (bst.mode .. " ") or "", bst.stop or "-", e.eta(i - 1)))
         local res
         if e.check == "full" then
