@@ -132,7 +132,7 @@ describe("plugin= on the command line", function()
     assert.equal(2, (H.vsalab("compare --db " .. db .. " 1:reference 1:no_such_kernel")))
   end)
 
-  it("stores the library's hash with each row, and rerun says when the library changed", function()
+  it("stores the library's hash with each row; rerun refuses a changed library unless --allow-changed", function()
     local copy = dir .. "/libhashed.so"
     os.execute("cp " .. lib .. " " .. copy)
     local h = dir .. "/h.db"
@@ -153,12 +153,21 @@ describe("plugin= on the command line", function()
     rc, _, err = H.vsalab("rerun --db " .. h .. " " .. id)
     assert(rc == 0, err)
     assert.falsy(err:find("changed since", 1, true), err)
-    -- Rebuilt (a byte appended: still the same loadable library).
+    -- Rebuilt (a byte appended: still the same loadable library): refused,
+    -- no run logged (it warned, and timed the new library as the old row's).
     os.execute("printf x >> " .. copy)
+    local _, sum2 = H.sh("sha256sum " .. copy)
+    local changed = "plug-in " .. copy .. " changed since it was measured (sha256 " .. first:sub(1, 12)
+      .. " then, " .. sum2:sub(1, 12) .. " now)"
     rc, _, err = H.vsalab("rerun --db " .. h .. " " .. id)
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("vsalab rerun: row " .. id .. ": " .. changed, 1, true), err)
+    assert.truthy(err:find("rerun --allow-changed " .. id .. " measures it as it is now", 1, true), err)
+    assert.equal(3, #hashes())
+    assert.equal(2, vsalab.db_open(h, {readonly = true}):q("SELECT count(*) AS n FROM run")[1].n)
+    rc, _, err = H.vsalab("rerun --db " .. h .. " --allow-changed " .. id)
     assert(rc == 0, err)
-    assert.truthy(err:find("rerun: plug-in " .. copy .. " changed since it was measured (sha256 "
-      .. first:sub(1, 12) .. " then,", 1, true), err)
+    assert.truthy(err:find("rerun: " .. changed .. ": --allow-changed", 1, true), err)
     local all = hashes()
     assert.equal(4, #all)
     assert.equal(first, all[3])
@@ -181,7 +190,7 @@ describe("plugin= on the command line", function()
     assert.equal(2, #rows)
     assert.equal(sum:match("^(%x+)"), rows[1].sha)
     os.execute("printf x >> " .. q(copy))
-    rc, _, err = H.vsalab("rerun --db " .. h .. " " .. rows[1].id)
+    rc, _, err = H.vsalab("rerun --db " .. h .. " --allow-changed " .. rows[1].id)
     assert(rc == 0, err)
     assert.truthy(err:find("changed since it was measured", 1, true), err)
     -- Deleted since: the file named, no source line of vsalab's.
