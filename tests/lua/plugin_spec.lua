@@ -223,6 +223,23 @@ describe("plugin= on the command line", function()
     d:close()
   end)
 
+  it("checks the guard zones after the timed calls too, naming the output", function()
+    -- Right on its checked call, one element past dk on every later one:
+    -- the timed calls wrote past dk unseen.
+    local f = dir .. "/late.db"
+    local rc, _, err = H.vsalab("run --db " .. f .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" ..
+      lib .. " plugin_symbol=example_late_overrun_backward plugin_name=late")
+    assert.equal(1, rc, err)
+    local d = vsalab.db_open(f, {readonly = true})
+    local rows = d:q("SELECT passed, ms_median, note FROM result WHERE kernel = 'late' ORDER BY id")
+    d:close()
+    assert.equal(2, #rows)
+    assert.equal(0, rows[1].passed)
+    assert.is_nil(rows[1].ms_median)
+    assert.truthy(rows[1].note:find("backend late failed: wrote outside dk in its timed calls: 1 of the 2048 "
+      .. "bf16 elements after it changed", 1, true), rows[1].note)
+  end)
+
   it("fails a plug-in that writes into its inputs (the reference is computed first)", function()
     -- The plug-in overwrites v and then computes a correct backward of the
     -- changed inputs: only a reference taken before it ran catches that.
