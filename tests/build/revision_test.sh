@@ -33,8 +33,11 @@ expect() { # expect WANT TEXT [cmake args]
   [ "$got" = "#define VSA_GIT_REV \"$want\"" ] || fail "revision.txt '$1' $2: got '$got', want $want"
 }
 
-# The shipped file is the export-subst placeholder.
-grep -qx '\$Format:%H\$' "$root/cmake/revision.txt" || fail "cmake/revision.txt is not the \$Format:%H\$ placeholder"
+# The shipped file is the export-subst placeholder in a checkout, and the
+# commit git wrote there in an archive.
+shipped=$(head -1 "$root/cmake/revision.txt")
+[ "$shipped" = '$Format:%H$' ] || [[ "$shipped" =~ ^[0-9a-f]{40}$ ]] ||
+  fail "cmake/revision.txt holds '$shipped': neither the \$Format:%H\$ placeholder nor a commit"
 grep -q '^cmake/revision.txt export-subst$' "$root/.gitattributes" || fail ".gitattributes does not mark cmake/revision.txt export-subst"
 # A tarball from `git archive`: git wrote the commit into revision.txt.
 expect 0123456789ab 0123456789abcdef0123456789abcdef01234567
