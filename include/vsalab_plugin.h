@@ -40,6 +40,10 @@
  *     vsalab fills them with NaN before a checked call, so an element the
  *     plug-in misses fails the check. dq and dk include sm_scale. A kv block
  *     nothing selects must get dk = dv = 0; a q row with no valid key dq = 0.
+ *     Write nothing outside them: each output sits between two 4 KB guard
+ *     zones (host or device memory alike), checked after the checked call
+ *     and after the timed calls; a changed zone fails the point, naming the
+ *     output ("wrote outside dq: ... before it changed").
  *   - Formulas (FlashAttention-2's, base 2 as in Triton's VSA kernel):
  *     P = exp2(s*sm_scale*log2(e) - lse) on valid keys of selected blocks,
  *     0 elsewhere; Delta = rowsum(dO*o); dP = dO v^T; dS = P*(dP - Delta);

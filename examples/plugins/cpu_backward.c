@@ -20,6 +20,10 @@
  *                             prove that the oracle catches a wrong plug-in)
  *   example_overrun_backward  writes one element past dv and one before dq
  *                             (the tests use it to prove the guard zones)
+ *   example_late_overrun_backward  well-behaved on its first call, then
+ *                             writes one element past dk on every later one
+ *                             (the timed calls: the tests prove those are
+ *                             checked too)
  * Pointers are host pointers: the library declares VSALAB_PLUGIN_CPU only,
  * so vsalab never hands it CUDA tensors.
  */
@@ -171,5 +175,21 @@ example_overrun_backward(const vsalab_plugin_args *a, char *err, size_t err_len)
   int64_t n = a->dv.shape[0] * a->dv.shape[1] * a->dv.shape[2] * a->dv.shape[3];
   ((uint16_t *)a->dv.data)[n] = 0;
   ((uint16_t *)a->dq.data)[-1] = 0;
+  return rc;
+}
+
+/* Another bad citizen: right on its first call (the checked one), then one
+ * element past dk on every later call, as a bug in a timed path alone
+ * would. vsalab checks the zones after the timed calls too. (A call count
+ * per process: the tests load it once for one point.) */
+VSALAB_PLUGIN_EXPORT int
+example_late_overrun_backward(const vsalab_plugin_args *a, char *err, size_t err_len)
+{
+  static int calls;
+  int rc = backward(a, err, err_len, a->sm_scale);
+  if (calls++ > 0) {
+    int64_t n = a->dk.shape[0] * a->dk.shape[1] * a->dk.shape[2] * a->dk.shape[3];
+    ((uint16_t *)a->dk.data)[n] = 0;
+  }
   return rc;
 }

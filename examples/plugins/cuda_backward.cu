@@ -17,6 +17,9 @@
  *   cuda_example_fault     writes through a bad pointer (an illegal address):
  *                          the GPU fault test (tests/gpu/run.sh plugins) checks
  *                          that the run then ends `failed` with its rows kept
+ *   cuda_example_overrun   the backward, then one element written past dv and
+ *                          one before dq: tests/gpu/plugin_spec.lua checks
+ *                          that the guard zones fail it, naming dq
  * Pointers are device pointers on args->device (VSALAB_PLUGIN_CUDA only).
  */
 #include <cuda_bf16.h>
@@ -160,5 +163,30 @@ extern "C" VSALAB_PLUGIN_EXPORT int
 cuda_example_fault(const vsalab_plugin_args *a, char *err, size_t err_len)
 {
   fault_kernel<<<1, 1, 0, (cudaStream_t)a->stream>>>((int *)(uintptr_t)0x10);
+  return 0;
+}
+
+/* One bf16 past the end of an output and one before another: an
+ * off-by-one in a plug-in's bounds, which vsalab's guard zones catch. */
+__global__ void
+overrun_kernel(__nv_bfloat16 *dq, __nv_bfloat16 *dv, long long n)
+{
+  dv[n] = __float2bfloat16(0.0f);
+  dq[-1] = __float2bfloat16(0.0f);
+}
+
+extern "C" VSALAB_PLUGIN_EXPORT int
+cuda_example_overrun(const vsalab_plugin_args *a, char *err, size_t err_len)
+{
+  int rc = vsalab_backward(a, err, err_len);
+  if (rc != 0) return rc;
+  long long n = (long long)a->dv.shape[0] * a->dv.shape[1] * a->dv.shape[2] * a->dv.shape[3];
+  overrun_kernel<<<1, 1, 0, (cudaStream_t)a->stream>>>((__nv_bfloat16 *)a->dq.data,
+                                                       (__nv_bfloat16 *)a->dv.data, n);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    snprintf(err, err_len, "cuda_example: launch failed: %s", cudaGetErrorString(e));
+    return VSALAB_PLUGIN_E_CUDA;
+  }
   return 0;
 }

@@ -65,21 +65,30 @@ function M.load(o) return require("vsalab.plugin").load(o) end
 function M.external(o) return require("vsalab.external").external(o) end
 function M.peer(name) return require("vsalab.external").peer(name) end
 
+-- How the plug-in library a row's extra.backend names (origin) differs
+-- from the file at its path now, or nil when it is the one measured (or
+-- the row stored no hash, or names no plug-in): "changed since it was
+-- measured (sha256 X then, Y now)". Read before the library is loaded:
+-- another library's constructors would run at dlopen. A file that cannot
+-- be hashed now (no sha256sum) counts as changed: it cannot be shown the same.
+function M.plugin_changed(origin)
+  if type(origin) ~= "table" or origin.kind ~= "plugin" or type(origin.sha256) ~= "string" then return nil end
+  local f = io.open(origin.path, "rb")
+  if not f then return nil end -- missing: loading it says so
+  f:close()
+  local now = require("vsalab.plugin").file_sha256(origin.path)
+  if now == origin.sha256 then return nil end
+  return string.format("changed since it was measured (sha256 %s then, %s now)", origin.sha256:sub(1, 12),
+    now and now:sub(1, 12) or "unknown: sha256sum failed")
+end
+
 -- Load again a backend that a row's extra.backend describes (its origin).
+-- (vsalab rerun asks plugin_changed first.)
 function M.restore(origin)
   if type(origin) ~= "table" then return nil end
   for _, b in ipairs(M.list) do if b.name == origin.name then return b end end
   if origin.kind == "plugin" then
-    local b = M.load{path = origin.path, symbol = origin.symbol, name = origin.name}
-    -- Rebuilt since (the usual reason to rerun a plug-in): say so, since
-    -- the new rows time the library as it is now (their rows record its hash).
-    local now = b.origin.sha256
-    if type(origin.sha256) == "string" and now and now ~= origin.sha256 then
-      io.stderr:write(string.format("rerun: plug-in %s changed since it was measured (sha256 %s then, "
-        .. "%s now): the rerun times the library as it is now\n", origin.path, origin.sha256:sub(1, 12),
-        now:sub(1, 12)))
-    end
-    return b
+    return M.load{path = origin.path, symbol = origin.symbol, name = origin.name}
   elseif origin.kind == "external" then
     if require("vsalab.external").peers[origin.name] then return M.peer(origin.name) end
     return M.external{name = origin.name, cmd = origin.cmd}

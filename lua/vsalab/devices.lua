@@ -384,6 +384,34 @@ local function nothing_measured(run_id)
     or "no point had a backward to run here, or the sweep had none (see the skip lines above)")
 end
 
+-- The points of the run's sweeps that have no row in it (an interrupt or
+-- dead workers stopped them), or nil when every point has one: "3 of 40
+-- points have no row: point 2 (HASH), ..." (k: the point's place in its
+-- sweep; rows find it by point_hash).
+function C:lost_points()
+  local have, total, lost = {}, 0, {}
+  local ok, rows = pcall(function()
+    return run.current().db:q("SELECT DISTINCT point_hash FROM result WHERE run_id = ?", self.run_id)
+  end)
+  if not ok then return nil end
+  for _, r in ipairs(rows) do if r.point_hash then have[r.point_hash] = true end end
+  local seqs = {}
+  for seq in pairs(self.plans) do seqs[#seqs + 1] = seq end
+  table.sort(seqs)
+  for _, seq in ipairs(seqs) do
+    local p = self.plans[seq]
+    total = total + #p.points
+    for k, pt in ipairs(p.points) do
+      if not have[pt.hash] then
+        lost[#lost + 1] = string.format("%spoint %d (%s)", #seqs > 1 and (p.name .. " ") or "", k, pt.hash)
+      end
+    end
+  end
+  if #lost == 0 then return nil end
+  return string.format("%d of %d point%s %s no row: %s", #lost, total, total == 1 and "" or "s",
+    #lost == 1 and "has" or "have", table.concat(lost, ", "))
+end
+
 -- Entry point (src/cli/main.c, `run --devices`): argv are the arguments after
 -- `run`. Returns the exit status: 0 when every point ran and every worker
 -- ended well, 1 otherwise, 2 for a GPU list that does not match the host.
@@ -413,14 +441,19 @@ function M.main(argv)
     local interrupted = tostring(err):find("interrupted!", 1, true)
     self:say(interrupted and "interrupted: stopping every worker" or ("stopping every worker: " .. tostring(err)))
     self:stop()
-    run.finish(interrupted and "interrupted" or "failed", interrupted and "interrupted" or tostring(err))
+    -- What the run lacks, to measure again (also in the run's error column).
+    local lost = self:lost_points()
+    if lost then self:say(lost) end
+    local why = interrupted and "interrupted" or tostring(err)
+    run.finish(interrupted and "interrupted" or "failed", lost and (why .. "; " .. lost) or why)
     return 1
   end
   -- Points never handed out: every worker of some GPU died, or a script
   -- failed before its plan.
   local left = 0
   for _, p in pairs(self.plans) do left = left + #p.queue end
-  if left > 0 then self.errors[#self.errors + 1] = string.format("%d point%s not measured", left, left == 1 and "" or "s") end
+  if left > 0 then self.errors[#self.errors + 1] = self:lost_points()
+    or string.format("%d point%s not measured", left, left == 1 and "" or "s") end
   if self.unplanned and next(self.plans) == nil and #gpus > 1 then
     self:say("warning: the script measured without vsalab.experiment.run, so every worker ran it whole")
   end

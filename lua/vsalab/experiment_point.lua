@@ -145,6 +145,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
             bst, clk0, clk1, retries = power.time_uncapped(function()
               return bench.bench(b.timed(p, outs), timing_opts(b.bench_opts, b.capturable ~= false, device))
             end, clocks)
+            if b.check_outs then b.check_outs(outs) end -- a plug-in's guard zones
           else
             -- Allocating calls (the reference): slow, timed once.
             clk0 = clocks()
@@ -162,8 +163,8 @@ function M.run_config(e, i, c, device, seed, rows, n)
           goto next_backend
         end
         -- The mode when not the default burst: a sustained point's figure is a capped one.
-        report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %.2g%% (%d %ssamples, %s)%s; checking",
-          label, b.name, bst.median, 100 * bst.rel_stddev, bst.samples,
+        report.progress(i - 1, n, string.format("%s: %s %.4g ms, noise %s (%d %ssamples, %s)%s; checking",
+          label, b.name, bst.median, report.percent(bst.rel_stddev), bst.samples,
           (bst.mode and bst.mode ~= "hot") and (bst.mode .. " ") or "", bst.stop or "-", e.eta(i - 1)))
         local res
         if e.check == "full" then

@@ -9,7 +9,8 @@
 -- ascending, q2k the transpose of k2q: the ABI's promise), NaN-fills fresh
 -- bf16 outputs inside guard zones and calls the plug-in (a write outside an
 -- output fails the point); timed(p, outs) reuses outs and lists
--- made once, so a CAPTURABLE plug-in's timed call queues only its own work.
+-- made once, so a CAPTURABLE plug-in's timed call queues only its own work,
+-- and check_outs(outs) checks the zones once the timed calls are done.
 -- A plug-in's error raises "backend NAME failed: MESSAGE (code N)": an
 -- experiment logs the point as failed with that message and goes on.
 local core = require "vsalab.core"
@@ -27,24 +28,33 @@ M.default_symbol = "vsalab_backward"
 M.GUARD = 2048
 local GUARD_VALUE = -12352 -- exactly a bf16; no plausible gradient
 
+-- Each guarded output (a view) -> {buf = the whole buffer, n = its
+-- elements}: the timed calls write the outputs a checked call returned,
+-- and check_outs finds their zones from the views. Weak keys: an output
+-- freed or dropped takes its entry along.
+local zones = setmetatable({}, {__mode = "k"})
+
 -- A NaN-filled bf16 output of `shape` on dev inside its guard zones:
 -- returns the output (a view) and the whole buffer.
 local function guarded(shape, dev)
   local n = 1
   for _, x in ipairs(shape) do n = n * x end
   local buf = core.empty({n + 2 * M.GUARD}, {dtype = "bf16", device = dev}):fill(GUARD_VALUE)
-  return buf:narrow(1, M.GUARD + 1, n):reshape(shape):fill(0 / 0), buf, n
+  local out = buf:narrow(1, M.GUARD + 1, n):reshape(shape):fill(0 / 0)
+  zones[out] = {buf = buf, n = n}
+  return out, buf, n
 end
 
--- Raise "backend NAME failed: wrote outside OUT ..." when a zone changed.
-local function check_guards(name, out, buf, n)
+-- Raise "backend NAME failed: wrote outside OUT ..." when a zone changed
+-- (`when`: which calls, e.g. " in its timed calls").
+local function check_guards(name, out, buf, n, when)
   for _, side in ipairs{{"before", 1}, {"after", M.GUARD + n + 1}} do
     local zone = buf:narrow(1, side[2], M.GUARD):to("cpu"):to_table()
     local changed = 0
     for _, x in ipairs(zone) do if x ~= GUARD_VALUE then changed = changed + 1 end end
     if changed > 0 then
-      error(string.format("backend %s failed: wrote outside %s: %d of the %d bf16 elements %s it changed",
-        name, out, changed, M.GUARD, side[1]), 0)
+      error(string.format("backend %s failed: wrote outside %s%s: %d of the %d bf16 elements %s it changed",
+        name, out, when or "", changed, M.GUARD, side[1]), 0)
     end
   end
 end
@@ -159,6 +169,15 @@ function M.load(o)
     return function()
       pl:backward(p.dO, p.q, p.k, p.v, p.o, p.lse, qi, qn, ki, kn, p.vbs, outs.dq, outs.dk,
         outs.dv, p.sm_scale, ud)
+    end
+  end
+  -- After the timed calls (vsalab.experiment): the zones around outs (the
+  -- outputs run returned) unchanged, else raise as run does, naming the
+  -- output. Outputs run did not make have no zones and are skipped.
+  b.check_outs = function(outs)
+    for _, out in ipairs{"dq", "dk", "dv"} do
+      local z = outs[out] and zones[outs[out]]
+      if z then check_guards(name, out, z.buf, z.n, " in its timed calls") end
     end
   end
   return backends.register(b)

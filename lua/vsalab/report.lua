@@ -64,6 +64,16 @@ function M.reasons()
   }
 end
 
+-- A fraction as a percentage in plain decimals, whatever its size
+-- (1.234 -> "123%", 0.0123 -> "1.2%", 0.000123 -> "0.01%"): "%.2g" gave
+-- "1.2e+02%" for the noise of a loaded host's samples.
+function M.percent(fraction)
+  local p = 100 * fraction
+  if p ~= p or p == math.huge or p == -math.huge then return tostring(p) .. "%" end
+  local digits = math.abs(p) >= 10 and 0 or math.abs(p) >= 1 and 1 or 2
+  return string.format("%." .. digits .. "f%%", p)
+end
+
 M.nothing_measured = "every point was skipped, nothing was measured: "
 
 function M.progress(i, n, text)

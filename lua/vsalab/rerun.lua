@@ -5,16 +5,23 @@
 -- is timed and checked again, in the timing mode the row records (hot,
 -- cold or graph), and a new run with one row is logged.
 --
---   vsalab rerun [--db PATH] ROW
+--   vsalab rerun [--db PATH] [--allow-changed] ROW
+--
+-- A plug-in's row stores its library's SHA-256: a library changed since
+-- (rebuilt, replaced) is refused (exit 2), since its times would stand
+-- beside the row's as the same code's; --allow-changed measures it as it
+-- is now (the new row stores the new hash).
 local cli = require "vsalab.cli"
 local json = require "vsalab.json"
 
 local M = {}
 
 function M.main(argv)
-  local usage = "usage: vsalab rerun [--db PATH] ROW"
+  local usage = "usage: vsalab rerun [--db PATH] [--allow-changed] ROW"
   local o, rest = cli.parse("rerun", argv, {usage = usage, strict = true,
-    about = "measures result row ROW's point again with the same inputs, as a new run"})
+    options = {["--allow-changed"] = {key = "allow_changed", flag = true}},
+    about = "measures result row ROW's point again with the same inputs, as a new run\n"
+      .. "--allow-changed: rerun a plug-in's row although its library changed since"})
   if not o then return rest end
   local row_id = #rest == 1 and rest[1]:match("^%d+$") and #rest[1] <= 15 and tonumber(rest[1])
   if not row_id then
@@ -52,7 +59,18 @@ function M.main(argv)
   local exp = require "vsalab.experiment"
   -- A plug-in's or an external peer's row records how to load it again.
   if extra.backend then
-    local okb, why = pcall(require("vsalab.backends").restore, extra.backend)
+    local backends = require "vsalab.backends"
+    local changed = backends.plugin_changed(extra.backend)
+    if changed and not o.allow_changed then
+      io.stderr:write("vsalab rerun: row ", row_id, ": plug-in ", tostring(extra.backend.path), " ", changed,
+        ": its times would not be the measured library's; rerun --allow-changed ", row_id,
+        " measures it as it is now\n")
+      return 2
+    elseif changed then
+      io.stderr:write("rerun: plug-in ", tostring(extra.backend.path), " ", changed,
+        ": --allow-changed, so the rerun times the library as it is now\n")
+    end
+    local okb, why = pcall(backends.restore, extra.backend)
     if not okb then
       -- The library's problem (deleted, rebuilt broken), not vsalab's: no source line.
       io.stderr:write("vsalab rerun: row ", row_id, ": cannot load backend ", tostring(r.kernel), ": ",

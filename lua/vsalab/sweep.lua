@@ -139,8 +139,17 @@ local function parse_values(text, pow2)
   if not inner and text:find("[%[%]]") then
     error("sweep: unbalanced brackets in '" .. text .. "' (a list is [a,b,...], a range [start:stop:step])", 0)
   end
+  -- Spaces around a value are no part of it ("-a 'lists=[random, vsa:2]'"),
+  -- as in kernels=: kept, " vsa:2" hashed and filtered as another point.
+  local function value(x)
+    x = x:match("^%s*(.-)%s*$")
+    if x == "" then error("sweep: an empty value in '" .. text .. "'", 0) end
+    return tonumber(x) or x
+  end
   if not inner then
-    vals[1] = tonumber(text) or text
+    vals[1] = value(text)
+  elseif inner:match("^%s*$") then
+    error("sweep: no values in '" .. text .. "'", 0)
   else
     local a, b, c = inner:match("^([^:,]+):([^:,]+):?([^:,]*)$")
     -- A range starts with a number; [vsa:4] is a list of one name.
@@ -156,7 +165,7 @@ local function parse_values(text, pow2)
       if #r == 0 then error("sweep: no values in '" .. text .. "' (a range counts up from its start to its end)", 0) end
       vals = r
     else
-      for x in inner:gmatch("[^,]+") do vals[#vals + 1] = tonumber(x) or x end
+      for x in (inner .. ","):gmatch("([^,]*),") do vals[#vals + 1] = value(x) end
     end
   end
   if #vals == 0 then error("sweep: no values in '" .. text .. "'", 0) end

@@ -597,7 +597,7 @@ vsa_db_open(vsa_db **out, const char *path, int readonly)
       version = 0;
       bad = open_connection(db) || probe(db, &version);
     } else if (wal) {
-      vsa_fail("db '%s': cannot read it without write access to its directory: "
+      vsa_fail("db '%s': cannot read it without write access to its directory or filesystem: "
                "another writer's log (%s) is pending", path, wal);
     }
     free(wal);

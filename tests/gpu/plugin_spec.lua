@@ -1,7 +1,8 @@
 -- GPU specs of plug-in backends (tag `gpu`; tests/gpu/run.sh plugins): the
 -- example CUDA plug-in (examples/plugins/cuda_backward.cu) through the
 -- CASES.md cases on CUDA, its timed call captured in a CUDA graph and timed
--- on a held stream, and the CPU example refused on CUDA tensors.
+-- on a held stream, the CPU example refused on CUDA tensors, and a CUDA
+-- plug-in writing outside its outputs caught by the guard zones.
 local H = require "helpers"
 
 local dir = os.getenv("VSALAB_PLUGIN_DIR") or (H.root .. "/build")
@@ -16,6 +17,19 @@ describe("#gpu plug-in backends", function()
   teardown(function()
     vsalab.backends.unregister("example_cuda")
     vsalab.backends.unregister("example_cpu_on_gpu")
+    vsalab.backends.unregister("example_cuda_overrun")
+  end)
+
+  it("fails a CUDA plug-in that writes outside its outputs, naming the output", function()
+    -- Guard zones sit around device outputs as around host ones.
+    local o = vsalab.backends.load{path = dir .. "/libvsalab_example_cuda.so", symbol = "cuda_example_overrun",
+      name = "example_cuda_overrun"}
+    local p = vsalab.problem.build{H = 2, Sq = 1024, density = 0.25, seed = H.seed()}
+    local e = H.err(o.run, p)
+    assert.truthy(e:find("backend example_cuda_overrun failed: wrote outside dq: 1 of the 2048 bf16 "
+      .. "elements before it changed", 1, true), e)
+    -- The well-behaved one on the same guarded device buffers: no false alarm.
+    assert.equal(3, select("#", b.run(p)))
   end)
 
   it("declares CUDA and capturable; the CPU example is refused on CUDA", function()

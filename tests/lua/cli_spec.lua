@@ -174,6 +174,33 @@ describe("vsalab CLI", function()
     end
   end)
 
+  it("prints a point's noise as a percentage, however large", function()
+    -- A loaded host's samples spread past 100%: "%.2g" printed "1.2e+02%".
+    -- This backend reports its own timing (as a peer does), so the noise
+    -- is what the test says, not what this host's load makes it.
+    H.write(dir .. "/noisy.lua", [[
+      local backends = require "vsalab.backends"
+      local ref = backends.get("reference")
+      backends.register{name = "noisy", run = ref.run, supported = ref.supported,
+        measure = function(p)
+          local dq, dk, dv = ref.run(p)
+          return {dq = dq, dk = dk, dv = dv}, {median = 2, mean = 2, min = 1, max = 4,
+            stddev = 2.468, rel_stddev = 1.234, samples = 5, stop = "max_time"}
+        end}
+      local sw = vsalab.sweep.new{axes = {{"density", {0.5}}}, fixed = {B = 1, H = 1, Sq = 128, D = 16}}
+      vsalab.experiment.run{name = "noisy", device = "cpu", configs = sw:points(), check = "full",
+        seed = 3, kernels = {noisy = true}}
+    ]])
+    local rc, _, err = H.vsalab("run --db " .. dir .. "/noisy.db " .. dir .. "/noisy.lua")
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("noisy 2 ms, noise 123% (5 samples, max_time)", 1, true), err)
+    local r = require "vsalab.report"
+    assert.equal("1.2%", r.percent(0.0123))
+    assert.equal("0.01%", r.percent(0.000123))
+    assert.equal("0.00%", r.percent(0))
+    assert.equal("1234%", r.percent(12.34))
+  end)
+
   it("passes script args and exits 1 with a traceback on a script's error", function()
     H.write(dir .. "/args.lua", [[print(#arg, arg[0], arg[1], arg[2], select('#', ...), vsalab.context.seed)]])
     local rc, out = H.vsalab("run --seed 77 " .. dir .. "/args.lua a b")

@@ -180,11 +180,18 @@ describe("run --devices (fake GPUs, workers on the CPU)", function()
       assert.truthy(("\n" .. out):find("\ngpu" .. g .. "| vsalab: [^\n]*interrupted! %(SIGINT%)"), out)
     end
     local d = open(db)
-    local run = d:q("SELECT status FROM run")[1]
+    local run = d:q("SELECT status, error FROM run")[1]
     local n = d:q("SELECT count(*) AS n FROM result")[1].n
     d:close()
     assert.equal("interrupted", run.status)
     assert.equal(2, n)
+    -- The points it lacks are listed (longest first: 40 and 39 have rows),
+    -- on stderr and in the run's error.
+    local lost = {}
+    for k = 1, 38 do lost[k] = string.format("point %d (%s)", k, vsalab.sweep.hash{k = k}) end
+    local text = "38 of 40 points have no row: " .. table.concat(lost, ", ")
+    assert.truthy(out:find("devices: " .. text .. "\n", 1, true), out)
+    assert.equal("interrupted; " .. text, run.error)
   end)
 
   it("refuses bad device lists and combinations with exit 2", function()
@@ -421,6 +428,9 @@ describe("run --shard, merge and logical runs", function()
     local rc2, _, err2 = H.vsalab("merge " .. dir .. "/m.db " .. dir .. "/s1.db " .. dir .. "/bad.db")
     assert.equal(1, rc2)
     assert.truthy(err2:find("unchanged", 1, true), err2)
+    -- The file's problem, said without a line of merge.lua.
+    assert.truthy(err2:find("^vsalab merge: failed, [^\n]*m%.db unchanged: [^\n]*bad%.db: "), err2)
+    assert.falsy(err2:find(".lua:", 1, true), err2)
     local d = open(dir .. "/m.db")
     assert.equal(1, d:q("SELECT count(*) AS n FROM run")[1].n)
     d:close()

@@ -37,6 +37,23 @@ describe("experiment arguments", function()
     assert.equal(0, rc, err)
   end)
 
+  it("trims spaces around -a values, as kernels= does: the same points, the same hashes", function()
+    -- " vsa:2" and " random" were other values: the sweep's filter saw
+    -- " random" as VSA lists, and the skipped points' hashes differed.
+    local function plan(a)
+      local rc, _, err = H.vsalab("run --check --db " .. dir .. "/a.db " .. exp .. "smoke.lua -a '" .. a .. "'")
+      assert.equal(0, rc, a .. ": " .. err)
+      return err
+    end
+    local want = plan("lists=[random,vsa:2]")
+    assert.equal(want, plan("lists=[ random , vsa:2 ]"))
+    assert.equal(want, plan("lists=[random, vsa:2]"))
+    assert.equal(plan("density=[0.5,1]"), plan("density=[ 0.5, 1 ]"))
+    assert.equal(plan("lists=random"), plan("lists= random "))
+    refused("smoke.lua -a 'lists=[random, ,vsa:2]'", "sweep: axis 'lists': an empty value in '[random, ,vsa:2]'")
+    refused("smoke.lua -a 'density=[ ]'", "no values in '[ ]'")
+  end)
+
   it("says an axis given as key=value wants -a, and names a bad -a flag or an -a without values", function()
     refused("wan720p.lua H=40", "argument 'H': H is an axis of the sweep: give it as -a H=40")
     refused("seed_sweep.lua density=0.1", "argument 'density': density is an axis of the sweep: give it as -a density=0.1")

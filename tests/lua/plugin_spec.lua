@@ -132,7 +132,7 @@ describe("plugin= on the command line", function()
     assert.equal(2, (H.vsalab("compare --db " .. db .. " 1:reference 1:no_such_kernel")))
   end)
 
-  it("stores the library's hash with each row, and rerun says when the library changed", function()
+  it("stores the library's hash with each row; rerun refuses a changed library unless --allow-changed", function()
     local copy = dir .. "/libhashed.so"
     os.execute("cp " .. lib .. " " .. copy)
     local h = dir .. "/h.db"
@@ -153,12 +153,21 @@ describe("plugin= on the command line", function()
     rc, _, err = H.vsalab("rerun --db " .. h .. " " .. id)
     assert(rc == 0, err)
     assert.falsy(err:find("changed since", 1, true), err)
-    -- Rebuilt (a byte appended: still the same loadable library).
+    -- Rebuilt (a byte appended: still the same loadable library): refused,
+    -- no run logged (it warned, and timed the new library as the old row's).
     os.execute("printf x >> " .. copy)
+    local _, sum2 = H.sh("sha256sum " .. copy)
+    local changed = "plug-in " .. copy .. " changed since it was measured (sha256 " .. first:sub(1, 12)
+      .. " then, " .. sum2:sub(1, 12) .. " now)"
     rc, _, err = H.vsalab("rerun --db " .. h .. " " .. id)
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("vsalab rerun: row " .. id .. ": " .. changed, 1, true), err)
+    assert.truthy(err:find("rerun --allow-changed " .. id .. " measures it as it is now", 1, true), err)
+    assert.equal(3, #hashes())
+    assert.equal(2, vsalab.db_open(h, {readonly = true}):q("SELECT count(*) AS n FROM run")[1].n)
+    rc, _, err = H.vsalab("rerun --db " .. h .. " --allow-changed " .. id)
     assert(rc == 0, err)
-    assert.truthy(err:find("rerun: plug-in " .. copy .. " changed since it was measured (sha256 "
-      .. first:sub(1, 12) .. " then,", 1, true), err)
+    assert.truthy(err:find("rerun: " .. changed .. ": --allow-changed", 1, true), err)
     local all = hashes()
     assert.equal(4, #all)
     assert.equal(first, all[3])
@@ -181,7 +190,7 @@ describe("plugin= on the command line", function()
     assert.equal(2, #rows)
     assert.equal(sum:match("^(%x+)"), rows[1].sha)
     os.execute("printf x >> " .. q(copy))
-    rc, _, err = H.vsalab("rerun --db " .. h .. " " .. rows[1].id)
+    rc, _, err = H.vsalab("rerun --db " .. h .. " --allow-changed " .. rows[1].id)
     assert(rc == 0, err)
     assert.truthy(err:find("changed since it was measured", 1, true), err)
     -- Deleted since: the file named, no source line of vsalab's.
@@ -212,6 +221,23 @@ describe("plugin= on the command line", function()
     assert.equal(2, #d:q("SELECT 1 FROM result WHERE kernel = 'reference' AND passed = 1"))
     assert.equal("failed", d:q("SELECT status FROM run")[1].status)
     d:close()
+  end)
+
+  it("checks the guard zones after the timed calls too, naming the output", function()
+    -- Right on its checked call, one element past dk on every later one:
+    -- the timed calls wrote past dk unseen.
+    local f = dir .. "/late.db"
+    local rc, _, err = H.vsalab("run --db " .. f .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.5] plugin=" ..
+      lib .. " plugin_symbol=example_late_overrun_backward plugin_name=late")
+    assert.equal(1, rc, err)
+    local d = vsalab.db_open(f, {readonly = true})
+    local rows = d:q("SELECT passed, ms_median, note FROM result WHERE kernel = 'late' ORDER BY id")
+    d:close()
+    assert.equal(2, #rows)
+    assert.equal(0, rows[1].passed)
+    assert.is_nil(rows[1].ms_median)
+    assert.truthy(rows[1].note:find("backend late failed: wrote outside dk in its timed calls: 1 of the 2048 "
+      .. "bf16 elements after it changed", 1, true), rows[1].note)
   end)
 
   it("fails a plug-in that writes into its inputs (the reference is computed first)", function()

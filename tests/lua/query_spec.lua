@@ -51,6 +51,62 @@ describe("result queries", function()
     assert.equal(2, rc2)
     assert.truthy(err2:find("no results DB at " .. cwd .. "/none.db (from --db)", 1, true), err2)
     os.execute("rm -rf " .. cwd)
+
+  it("leaves no -wal or -shm beside a DB after any read-only command", function()
+    -- Each command on its own copy (a WAL-mode file, as runs write it).
+    local out = H.tmpdir()
+    for i, cmd in ipairs{"runs", "show latest", "query 'SELECT count(*) FROM result'",
+                         "compare 1:reference 1:invert", "report -o " .. out .. "/r.html"} do
+      local c = dir .. "/ro" .. i .. ".db"
+      os.execute("cp " .. db .. " " .. c)
+      local rc, _, err = H.vsalab(cmd .. " --db " .. c)
+      assert.equal(0, rc, cmd .. ": " .. err)
+      for _, ext in ipairs{"-wal", "-shm", "-journal"} do
+        assert.is_nil(vsalab.file_type(c .. ext), cmd .. " left " .. ext)
+      end
+    end
+    os.execute("rm -rf " .. out)
+  end)
+
+  -- A read-only filesystem (an archive's snapshot, a mount of finished
+  -- results): a tmpfs remounted read-only in a user and mount namespace of
+  -- this test alone. Hosts that allow no user namespaces skip it.
+  local rofs = H.sh("unshare -rm sh -c 'd=$(mktemp -d) && mount -t tmpfs none $d && "
+    .. "mount -o remount,ro $d && ! touch $d/x'") == 0
+  local on_rofs = rofs and it or pending
+  on_rofs("reads a DB on a read-only filesystem, through a writer's log when one is left", function()
+    local src = H.tmpdir()
+    -- plain: the file alone; logged: a writer killed with its WAL not yet
+    -- checkpointed (its -wal and -shm left), whose change only the log holds.
+    os.execute("cp " .. db .. " " .. src .. "/plain.db && cp " .. db .. " " .. src .. "/logged.db")
+    H.sh("printf 'PRAGMA wal_autocheckpoint=0;\\nUPDATE run SET script = \\047from the log\\047;\\n"
+      .. ".shell kill -9 $PPID\\n' | sqlite3 " .. src .. "/logged.db")
+    assert.equal(0, (H.sh("test -s " .. src .. "/logged.db-wal")))
+    H.write(src .. "/ro.sh", string.format([[
+      set -e
+      m=$(mktemp -d)
+      mount -t tmpfs none "$m"
+      cp %s/plain.db %s/logged.db %s/logged.db-wal %s/logged.db-shm "$m"/
+      cp %s/logged.db "$m"/nolog.db && cp %s/logged.db-wal "$m"/nolog.db-wal
+      mount -o remount,ro "$m"
+      cd /
+      for f in plain logged nolog; do
+        echo "== $f"
+        %s query --format csv --db "$m/$f.db" "SELECT script FROM run" 2>&1 || echo "exit $?"
+      done
+      ls "$m"
+    ]], src, src, src, src, src, src, H.exe))
+    local rc, out, err = H.sh("unshare -rm sh " .. src .. "/ro.sh")
+    assert.equal(0, rc, out .. err)
+    local function part(name) return out:match("== " .. name .. "\n(.-)\n==") or out:match("== " .. name .. "\n(.*)") end
+    assert.truthy(part("plain"):find("^script\n[^\n]*smoke%.lua$"), out)
+    assert.equal("script\nfrom the log", part("logged"))
+    -- A log without its -shm cannot be read there: said, exit 2.
+    assert.truthy(part("nolog"):find("without write access to its directory or filesystem: "
+      .. "another writer's log %(.-/nolog%.db%-wal%) is pending.*exit 2"), out)
+    -- Nothing could be written, and nothing was needed.
+    assert.truthy(out:find("\nlogged.db\nlogged.db%-shm\nlogged.db%-wal\nnolog.db\nnolog.db%-wal\nplain.db\n$"), out)
+    os.execute("rm -rf " .. src)
   end)
 
   it("does not read a file a rollback-mode writer left mid-transaction as it stands", function()

@@ -24,7 +24,8 @@ describe("vsalab report on hostile rows", function()
 
   local function report(path, sides)
     local out = path:gsub("%.db$", ".html")
-    local rc, o, err = H.sh("timeout 20 " .. H.exe .. " report --db " .. path .. " -o " .. out .. " " .. (sides or ""))
+    -- (timeout stops a hang only: generous for ASan on a loaded host)
+    local rc, o, err = H.sh("timeout 120 " .. H.exe .. " report --db " .. path .. " -o " .. out .. " " .. (sides or ""))
     assert(rc == 0, "report exited " .. rc .. ": " .. err)
     return assert(H.read(out)), o
   end
