@@ -106,7 +106,8 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
  * a time, chunk-major, so that the Q/dO/dQ working set of the CTAs running
  * at once stays in L2 at long sequences; dK/dV partials pass between a kv
  * block's chunks in chunk order (deterministic). Returns
- * cudaErrorInvalidValue for shapes or options it does not take.
+ * cudaErrorInvalidValue for shapes or options it does not take (s->block
+ * other than 64 among them).
  */
 typedef enum {
   VSA_SM90A_ATOMIC = 0,
@@ -140,7 +141,8 @@ cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
  * order, counters, the q-chunk partials and (emulated) the tensor memory.
  * has_image: 1 when a kernel image for the current device exists
  * (cudaFuncGetAttributes), 0 otherwise. Returns cudaErrorInvalidValue for
- * shapes it does not take (D != 128, S not a multiple of 64, 2^31 rows).
+ * shapes it does not take (s->block != 64, D != 128, S not a multiple of 64,
+ * 2^31 rows).
  */
 size_t bsa_backward_sm100a_scratch_bytes(const vsa_shape *s, int q_chunk, int sm_count);
 /* Shared memory a CTA of it takes (the emulated build: with the emulation's

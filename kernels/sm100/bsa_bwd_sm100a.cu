@@ -709,6 +709,7 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
                               void *d_scratch, uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
                               int deterministic, int q_chunk, int sm_count, cudaStream_t stream)
 {
+  if (s->block != BLK) return cudaErrorInvalidValue; // 64-token blocks only, for now
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->Sq <= 0 || s->Skv <= 0 || k2q_width < 1 ||
       sm_count < 1)
     return cudaErrorInvalidValue;

@@ -213,6 +213,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
                    vsa_sm90a_variant variant, int deterministic, int q_chunk,
                    cudaStream_t stream)
 {
+  if (s->block != BLK) return cudaErrorInvalidValue; // 64-token blocks only, for now
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->B * s->H > 65535 || k2q_width < 1)
     return cudaErrorInvalidValue;
   const bool ws = variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2; // TMA producer kernels

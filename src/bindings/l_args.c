@@ -115,6 +115,35 @@ vsa_arg_int(lua_State *L, int idx, const char *k, int required, long long def,
   return (int)v;
 }
 
+int
+vsa_arg_block(lua_State *L, int idx, const char *fn, int def)
+{
+  lua_getfield(L, idx, "block");
+  int v = def;
+  if (!lua_isnil(L, -1)) {
+    lua_Number n = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER)
+      vsa_lua_errorf(L, "%s: field 'block' must be a supported block size (%s), got a %s", fn,
+                     vsa_block_sizes_text(), luaL_typename(L, -1));
+    if (n != floor(n) || !(n >= 1 && n <= 1 << 20) || !vsa_block_supported((int)n))
+      vsa_lua_errorf(L, "%s: field 'block' must be a supported block size (%s), got %g", fn,
+                     vsa_block_sizes_text(), (double)n);
+    v = (int)n;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+int
+vsa_arg_block_of_vbs(lua_State *L, int64_t Skv, int64_t nvbs)
+{
+  if (nvbs < 1 || Skv % nvbs != 0 || !vsa_block_supported((int)(Skv / nvbs)))
+    vsa_lua_errorf(L, "variable_block_sizes: %lld entries for a kv sequence of %lld tokens; "
+                   "expected Skv / block entries for a supported block size (%s)",
+                   (long long)nvbs, (long long)Skv, vsa_block_sizes_text());
+  return (int)(Skv / nvbs);
+}
+
 double
 vsa_arg_num(lua_State *L, int idx, const char *k, double def)
 {
