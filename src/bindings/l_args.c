@@ -137,11 +137,22 @@ vsa_arg_block(lua_State *L, int idx, const char *fn, int def)
 int
 vsa_arg_block_of_vbs(lua_State *L, int64_t Skv, int64_t nvbs)
 {
-  if (nvbs < 1 || Skv % nvbs != 0 || !vsa_block_supported((int)(Skv / nvbs)))
-    vsa_lua_errorf(L, "variable_block_sizes: %lld entries for a kv sequence of %lld tokens; "
-                   "expected Skv / block entries for a supported block size (%s)",
-                   (long long)nvbs, (long long)Skv, vsa_block_sizes_text());
-  return (int)(Skv / nvbs);
+  if (nvbs >= 1 && Skv % nvbs == 0 && Skv / nvbs <= VSA_BLOCK_MAX &&
+      vsa_block_supported((int)(Skv / nvbs)))
+    return (int)(Skv / nvbs);
+  /* "expected shape [6] (block 64) or [3] (block 128) for Skv 384" */
+  char want[256];
+  int at = 0;
+  for (int i = 0; i < vsa_n_block_sizes && at < (int)sizeof want; i++) {
+    int b = vsa_block_table[i].block;
+    if (Skv % b) continue;
+    at += snprintf(want + at, sizeof want - (size_t)at, "%s[%lld] (block %d)", at ? " or " : "",
+                   (long long)(Skv / b), b);
+  }
+  if (!at) snprintf(want, sizeof want, "[Skv/block] for a block size of %s", vsa_block_sizes_text());
+  vsa_lua_errorf(L, "variable_block_sizes: expected shape %s for Skv %lld, got [%lld]", want,
+                 (long long)Skv, (long long)nvbs);
+  return 0;
 }
 
 double
