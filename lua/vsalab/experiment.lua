@@ -173,14 +173,16 @@ function M.int_arg(a, name, lo, hi)
 end
 
 local function shape_of(c, p)
-  return string.format("B%d H%d S%d D%d %.0f%%%s%s", p.B, p.H, p.Sq, p.D,
+  -- Block 64 (the default) is left out of the label, as before the axis.
+  return string.format("B%d H%d S%d D%d%s %.0f%%%s%s", p.B, p.H, p.Sq, p.D,
+    (p.block or 64) ~= 64 and " blk" .. p.block or "",
     100 * p.density, c.ragged and " ragged" or "",
     p.lists ~= "random" and " " .. p.lists or "")
 end
 
 local function base_row(name, c, p)
   return {experiment = name, B = p.B, H = p.H, Sq = p.Sq, Skv = p.Skv,
-    D = p.D, block = 64, density = p.density, topk = p.topk,
+    D = p.D, block = p.block, density = p.density, topk = p.topk,
     ragged = c.ragged and 1 or 0, pairs = p.pairs}
 end
 
@@ -279,6 +281,10 @@ end
 -- (Other fields stay the build's to refuse: scripts and reruns build
 -- failing points on purpose, and those runs must end `failed`.)
 function M.check_point(c)
+  if c.block ~= nil and not require("vsalab.blocks").supported(c.block) then
+    usage.error(string.format("argument 'block': expected a block size (%s), got %s",
+      require("vsalab.blocks").text(), tostring(c.block)))
+  end
   if c.density ~= nil and c.topk == nil
       and not (type(c.density) == "number" and c.density > 0 and c.density <= 1) then
     usage.error(string.format("argument 'density': expected a number in (0, 1], got %s",
@@ -771,7 +777,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
         timing(r, bst)
         r.passed = res.passed and 1 or 0
         -- Never report the speed of a wrong output, nor of an emulation.
-        r.tflops = res.passed and not b.emulated and bench.tflops(p.pairs, p.D, bst.median) or nil
+        r.tflops = res.passed and not b.emulated and bench.tflops(p.pairs, p.D, bst.median, p.block) or nil
         r.errors = res.errors
         r.note = b.emulated and ("emulated (checked, not a speed): " .. res.what) or res.what
         local capped = M.capped_ms(clk0, clk1)
@@ -852,7 +858,7 @@ function M.summary(rows, anchors, gemm)
     any_vsa = any_vsa or (x.lists ~= nil and x.lists ~= "random")
     local e = r.errors or {}
     local function err(k) return e[k] and e[k].rel_l2 end
-    t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, density = r.density,
+    t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, block = r.block or 64, density = r.density,
       topk = r.topk, ms = r.ms_median, tflops = r.tflops,
       ragged = (r.ragged == 1 or r.ragged == true) and 1 or 0, -- as `show` and `compare` print it
       dq = err("dq"), dk = err("dk"), dv = err("dv"),
@@ -865,7 +871,7 @@ function M.summary(rows, anchors, gemm)
   end
   local cols = {
     {key = "kernel"}, {key = "B", fmt = "%d"}, {key = "H", fmt = "%d"}, {key = "S", fmt = "%d"},
-    {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
+    {key = "block", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
     {key = "sharing", fmt = "%.3f"},
     {key = "ms", title = "ms (median)", fmt = "%.3f"},
     {key = "tflops", title = "TFLOPS", fmt = "%.4g"}, -- CPU rows are ~0.001
