@@ -5,7 +5,7 @@
 --   blocks={64, 128}}: every case runs at each block size of env.blocks
 --   (default: every supported size, vsalab.blocks) that the backend
 --   supports; env.block is the current one while a case runs, and each
---   result carries its block. Shapes are in blocks, so a case means the
+--   result records its block. Shapes are in blocks, so a case means the
 --   same at every size (vbs scale with it: a half block is block/2).
 -- Oracle: fp64 attention from the same bf16 inputs (vsalab.oracle, its own
 -- forward). Outputs of the reference kernels are NaN-poisoned before each
