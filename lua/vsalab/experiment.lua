@@ -871,7 +871,7 @@ function M.summary(rows, anchors, gemm)
   end
   local cols = {
     {key = "kernel"}, {key = "B", fmt = "%d"}, {key = "H", fmt = "%d"}, {key = "S", fmt = "%d"},
-    {key = "block", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
+    {key = "density", fmt = "%.3f"}, {key = "topk", fmt = "%d"},
     {key = "sharing", fmt = "%.3f"},
     {key = "ms", title = "ms (median)", fmt = "%.3f"},
     {key = "tflops", title = "TFLOPS", fmt = "%.4g"}, -- CPU rows are ~0.001
@@ -889,6 +889,10 @@ function M.summary(rows, anchors, gemm)
   -- A point timed under a power or thermal limit it could not wait out
   -- (M.time_uncapped): say so, before the check column.
   if any_capped then table.insert(cols, #cols - 1, {key = "capped"}) end
+  -- The block size, after S, when any row is not at 64 (the default).
+  local any_block = false
+  for _, x in ipairs(t) do any_block = any_block or x.block ~= 64 end
+  if any_block then table.insert(cols, 5, {key = "block", fmt = "%d"}) end
   print()
   report.table(t, cols)
 end
