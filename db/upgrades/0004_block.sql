@@ -8,5 +8,3 @@
 -- but nothing required it: every row measured before block sizes other
 -- than 64 existed was measured at 64, so a row without one reads as 64.
 UPDATE result SET block = 64 WHERE block IS NULL;
--- compare and the report select and group points by block.
-CREATE INDEX IF NOT EXISTS result_block ON result (experiment, block);
