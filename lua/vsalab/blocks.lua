@@ -8,9 +8,8 @@
 --   cut into (64: FastVideo's 4×4×4; 128: 2×8×8, FastVideo's VSA-128 tile);
 -- check(block, what): block when it is supported, else raises
 --   "<what>: block size 96 is not supported (supported: 64, 128)" (level 0:
---   a usage error, shown as it is);
--- pair_flops(block, D): 10·block²·D, the FLOPs of one selected (q block,
---   kv block) pair in a backward: its 5 GEMMs at 2·block²·D each.
+--   a usage error, shown as it is).
+-- FLOPs per selected pair (10·block²·D) are vsalab.bench.pair_flops.
 local core = require "vsalab.core"
 
 local M = {}
@@ -39,10 +38,6 @@ function M.check(block, what)
       tostring(block), M.text()), 0)
   end
   return block
-end
-
-function M.pair_flops(block, D)
-  return 10 * block * block * D
 end
 
 return M
