@@ -106,7 +106,8 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
  * a time, chunk-major, so that the Q/dO/dQ working set of the CTAs running
  * at once stays in L2 at long sequences; dK/dV partials pass between a kv
  * block's chunks in chunk order (deterministic). Returns
- * cudaErrorInvalidValue for shapes or options it does not take.
+ * cudaErrorInvalidValue for shapes or options it does not take (s->block
+ * other than 64 among them).
  */
 typedef enum {
   VSA_SM90A_ATOMIC = 0,

@@ -8,9 +8,15 @@
  * no valid key gets o = 0, lse = VSA_LSE_EMPTY, dq = 0; kv blocks no q block
  * selects get dk = dv = 0; every output element is written; offsets int64.
  *
+ * Block sizes: the kernels work on 64-token tiles; a block of s->block
+ * tokens (64 or 128) is sub = block/64 consecutive tiles. A CTA owns one
+ * tile, reads its block's list, and visits each listed block's tiles in
+ * order; tile t of a kv block has min(max(vbs − 64t, 0), 64) valid keys,
+ * which is exactly the block's token mask. So one set of kernels serves
+ * every block size that is a multiple of 64.
  * Kernels (all 256 threads = a 16×16 grid, ty = tid / 16, tx = tid % 16, so
  * one warp holds two ty rows of 16 lanes each):
- *   bsa_forward_ref_kernel       one CTA per (q block, h, b), loops over its
+ *   bsa_forward_ref_kernel       one CTA per (q tile, h, b), loops over its
  *                                q2k list, online softmax in base 2;
  *   bsa_delta_ref_kernel         Delta = rowsum(dO∘o), one warp per row;
  *   bsa_backward_dkdv_ref_kernel one CTA per (kv block, h, b), loops over
@@ -48,11 +54,12 @@
 // ---------------------------------------------------------------------------
 // Tile geometry and small helpers
 
-#define REF_BLK 64      /* tokens per block, = VSA_BLOCK */
+#define REF_BLK 64      /* tokens per tile (a block is block/64 tiles) */
 #define REF_THREADS 256 /* 16×16 thread grid */
 #define REF_LP (REF_BLK + 4) /* padded row of a 64-wide P / dS tile */
 
-static_assert(REF_BLK == VSA_BLOCK, "tile size must match the block size");
+static_assert(VSA_BLOCK % REF_BLK == 0 && VSA_BLOCK_MAX % REF_BLK == 0,
+              "block sizes must be whole tiles");
 
 /* Padded row length of a 64×D operand tile in shared memory. */
 template <int D> struct RefTile {
@@ -248,7 +255,7 @@ bsa_forward_ref_kernel(const uint16_t *__restrict__ q,
                        const int32_t *__restrict__ q2k_num, int width,
                        const int32_t *__restrict__ vbs, float *__restrict__ o,
                        float *__restrict__ lse, int H, int Sq, int Skv,
-                       float scale2)
+                       float scale2, int sub)
 {
   constexpr int FL = RefTile<D>::FLOATS, G = RefTile<D>::G;
   static_assert(REF_BLK * REF_LP <= FL, "P must fit in K's tile");
@@ -257,9 +264,9 @@ bsa_forward_ref_kernel(const uint16_t *__restrict__ q,
   float *Ps = Ks; /* P overwrites K after S = Q Kᵀ (barrier between) */
 
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int nq = Sq / REF_BLK, nkv = Skv / REF_BLK;
-  const int64_t bh = (int64_t)b * H + h, row = bh * nq + i;
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* i: q tile */
+  const int nq = Sq / (REF_BLK * sub), nkv = Skv / (REF_BLK * sub); /* blocks */
+  const int64_t bh = (int64_t)b * H + h, row = bh * nq + i / sub;
   const uint16_t *kh = k + bh * Skv * D, *vh = v + bh * Skv * D;
   const int32_t *list = q2k_idx + row * width;
   const int count = clamp_int(q2k_num[row], 0, width);
@@ -275,11 +282,12 @@ bsa_forward_ref_kernel(const uint16_t *__restrict__ q,
     for (int e = 0; e < D / 16; e++) acc[a][e] = 0.f;
   }
 
-  for (int n = 0; n < count; n++) {
-    const int j = list[n];
-    if (j < 0 || j >= nkv) continue; /* bad index: skip, never fault */
-    const int nv = clamp_int(vbs[j], 0, REF_BLK);
+  for (int n = 0; n < count * sub; n++) {
+    const int jb = list[n / sub], part = n % sub; /* kv block, its tile */
+    if (jb < 0 || jb >= nkv) continue; /* bad index: skip, never fault */
+    const int nv = clamp_int(vbs[jb] - REF_BLK * part, 0, REF_BLK);
     if (nv == 0) continue; /* no valid key: contributes nothing */
+    const int j = jb * sub + part; /* kv tile */
 
     __syncthreads(); /* previous P·V done reading Ps (= Ks) and Vs */
     load_tile<D>(Ks, kh + (int64_t)j * REF_BLK * D, nv);
@@ -393,7 +401,7 @@ bsa_backward_dkdv_ref_kernel(const uint16_t *__restrict__ dO,
                              const int32_t *__restrict__ vbs,
                              float *__restrict__ dk, float *__restrict__ dv,
                              int H, int Sq, int Skv, float sm_scale,
-                             float scale2)
+                             float scale2, int sub)
 {
   constexpr int FL = RefTile<D>::FLOATS;
   extern __shared__ float4 smem4[];
@@ -403,11 +411,11 @@ bsa_backward_dkdv_ref_kernel(const uint16_t *__restrict__ dO,
   float *lse_s = dSs + REF_BLK * REF_LP, *delta_s = lse_s + REF_BLK;
 
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int nq = Sq / REF_BLK, nkv = Skv / REF_BLK;
-  const int64_t bh = (int64_t)b * H + h, row = bh * nkv + j;
+  const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* j: kv tile */
+  const int nq = Sq / (REF_BLK * sub), nkv = Skv / (REF_BLK * sub); /* blocks */
+  const int64_t bh = (int64_t)b * H + h, row = bh * nkv + j / sub;
   const int64_t q0 = bh * Sq; /* first q row of this (b, h) */
-  const int nv = clamp_int(vbs[j], 0, REF_BLK);
+  const int nv = clamp_int(vbs[j / sub] - REF_BLK * (j % sub), 0, REF_BLK);
   /* A block without valid keys has dk = dv = 0: skip its list. */
   const int count = nv == 0 ? 0 : clamp_int(k2q_num[row], 0, width);
   const int32_t *list = k2q_idx + row * width;
@@ -424,10 +432,10 @@ bsa_backward_dkdv_ref_kernel(const uint16_t *__restrict__ dO,
     load_tile<D>(Vs, v + kv0 * D, nv);
   }
 
-  for (int n = 0; n < count; n++) {
-    const int i = list[n];
-    if (i < 0 || i >= nq) continue; /* bad index: skip, never fault */
-    const int64_t r0 = q0 + (int64_t)i * REF_BLK;
+  for (int n = 0; n < count * sub; n++) {
+    const int ib = list[n / sub]; /* q block; its tile n % sub */
+    if (ib < 0 || ib >= nq) continue; /* bad index: skip, never fault */
+    const int64_t r0 = q0 + ((int64_t)ib * sub + n % sub) * REF_BLK;
 
     __syncthreads(); /* previous TN GEMMs done with Qs, dOs, Ps, dSs */
     load_tile<D>(Qs, q + r0 * D, REF_BLK);
@@ -493,7 +501,7 @@ bsa_backward_dq_ref_kernel(const uint16_t *__restrict__ dO,
                            const int32_t *__restrict__ q2k_num, int width,
                            const int32_t *__restrict__ vbs,
                            float *__restrict__ dq, int H, int Sq, int Skv,
-                           float sm_scale, float scale2)
+                           float sm_scale, float scale2, int sub)
 {
   constexpr int FL = RefTile<D>::FLOATS;
   extern __shared__ float4 smem4[];
@@ -501,9 +509,9 @@ bsa_backward_dq_ref_kernel(const uint16_t *__restrict__ dO,
   float *Ks = dOs + FL, *Vs = Ks + FL, *dSs = Vs + FL;
 
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int nq = Sq / REF_BLK, nkv = Skv / REF_BLK;
-  const int64_t bh = (int64_t)b * H + h, row = bh * nq + i;
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* i: q tile */
+  const int nq = Sq / (REF_BLK * sub), nkv = Skv / (REF_BLK * sub); /* blocks */
+  const int64_t bh = (int64_t)b * H + h, row = bh * nq + i / sub;
   const int64_t r0 = bh * Sq + (int64_t)i * REF_BLK; /* first q row */
   const uint16_t *kh = k + bh * Skv * D, *vh = v + bh * Skv * D;
   const int32_t *list = q2k_idx + row * width;
@@ -523,11 +531,12 @@ bsa_backward_dq_ref_kernel(const uint16_t *__restrict__ dO,
     load_tile<D>(dOs, dO + r0 * D, REF_BLK);
   }
 
-  for (int n = 0; n < count; n++) {
-    const int j = list[n];
-    if (j < 0 || j >= nkv) continue; /* bad index: skip, never fault */
-    const int nv = clamp_int(vbs[j], 0, REF_BLK);
+  for (int n = 0; n < count * sub; n++) {
+    const int jb = list[n / sub], part = n % sub; /* kv block, its tile */
+    if (jb < 0 || jb >= nkv) continue; /* bad index: skip, never fault */
+    const int nv = clamp_int(vbs[jb] - REF_BLK * part, 0, REF_BLK);
     if (nv == 0) continue; /* no valid key: dS = 0 */
+    const int j = jb * sub + part; /* kv tile */
 
     __syncthreads(); /* previous dS·K done with Ks, Vs, dSs */
     load_tile<D>(Ks, kh + (int64_t)j * REF_BLK * D, nv);
@@ -567,8 +576,9 @@ static bool
 ref_shape_ok(const vsa_shape *s)
 {
   return s && s->B >= 1 && s->H >= 1 && s->B <= 65535 && s->H <= 65535 &&
-         s->Sq >= 0 && s->Skv >= 0 && s->Sq % REF_BLK == 0 &&
-         s->Skv % REF_BLK == 0 && (s->D == 64 || s->D == 128);
+         s->block >= REF_BLK && s->block <= VSA_BLOCK_MAX && s->block % REF_BLK == 0 &&
+         s->Sq >= 0 && s->Skv >= 0 && s->Sq % s->block == 0 &&
+         s->Skv % s->block == 0 && (s->D == 64 || s->D == 128);
 }
 
 /* bf16 tiles are read as uint4 and f32 outputs written as float4. */
@@ -594,7 +604,7 @@ forward_ref_launch(const vsa_shape *s, const uint16_t *d_q,
   const dim3 grid(s->Sq / REF_BLK, s->H, s->B);
   bsa_forward_ref_kernel<D><<<grid, REF_THREADS, smem, stream>>>(
       d_q, d_k, d_v, d_q2k_idx, d_q2k_num, q2k_width, d_vbs, d_o, d_lse,
-      s->H, s->Sq, s->Skv, s->sm_scale * (float)VSA_LOG2E);
+      s->H, s->Sq, s->Skv, s->sm_scale * (float)VSA_LOG2E, s->block / REF_BLK);
   return cudaGetLastError();
 }
 
@@ -644,13 +654,13 @@ backward_ref_launch(const vsa_shape *s, const uint16_t *d_dO,
     const dim3 grid(s->Skv / REF_BLK, s->H, s->B);
     bsa_backward_dkdv_ref_kernel<D><<<grid, REF_THREADS, smem_dkdv, stream>>>(
         d_dO, d_q, d_k, d_v, d_lse, d_delta, d_k2q_idx, d_k2q_num, k2q_width,
-        d_vbs, d_dk, d_dv, s->H, s->Sq, s->Skv, s->sm_scale, scale2);
+        d_vbs, d_dk, d_dv, s->H, s->Sq, s->Skv, s->sm_scale, scale2, s->block / REF_BLK);
   }
   if (s->Sq > 0) {
     const dim3 grid(s->Sq / REF_BLK, s->H, s->B);
     bsa_backward_dq_ref_kernel<D><<<grid, REF_THREADS, smem_dq, stream>>>(
         d_dO, d_q, d_k, d_v, d_lse, d_delta, d_q2k_idx, d_q2k_num, q2k_width,
-        d_vbs, d_dq, s->H, s->Sq, s->Skv, s->sm_scale, scale2);
+        d_vbs, d_dq, s->H, s->Sq, s->Skv, s->sm_scale, scale2, s->block / REF_BLK);
   }
   return cudaGetLastError();
 }

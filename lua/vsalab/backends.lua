@@ -159,8 +159,21 @@ M.register{
   end,
 }
 
+-- The block sizes the native kernels take (kernels.h: sm90a at 128 runs
+-- v4's CTA over both halves of a kv block, sm100a its 128-token kernel;
+-- any other s->block is cudaErrorInvalidValue).
+local native_blocks = {[64] = true, [128] = true}
+local function block_supported(p)
+  if p and p.block and not native_blocks[p.block] then
+    return false, "block " .. tostring(p.block) .. ": not supported by this kernel"
+  end
+  return true
+end
+
 local function sm90a_supported(name, device, p)
   if device == "cpu" then return false, name .. " runs on CUDA tensors" end
+  local bok, bwhy = block_supported(p)
+  if not bok then return false, bwhy end
   local cc, why = cuda_cc()
   if not cc then return false, why end
   if cc ~= "9.0" then return false, name .. " needs compute capability 9.0, this GPU is " .. cc end
@@ -237,7 +250,7 @@ local function sm100a_supported(emulate)
       return false, why
     end
     if p and p.D ~= 128 then return false, "sm100a takes head dim 128, got " .. tostring(p.D) end
-    return true
+    return block_supported(p)
   end
 end
 

@@ -12,9 +12,10 @@
 -- if it waits on the GPU, the sample errors after 10 s. Returns {median, min, max, mean,
 -- stddev, rel_stddev, p20, p80, spread, samples, clock, mode, stop} in
 -- milliseconds; spread = (max - min) / median, stop = why sampling ended.
--- TFLOPS on selected blocks: 10·64·64·D flops per selected (q block,
--- kv block) pair — the 5 GEMMs of a backward at 2·64·64·D flops each — as
--- docs/ANCHORS.md counts them.
+-- TFLOPS on selected blocks: 10·block²·D flops per selected (q block,
+-- kv block) pair — the 5 GEMMs of a backward at 2·block²·D flops each — as
+-- docs/ANCHORS.md counts them (block 64: 10·64·64·D; block 128: 4× that
+-- per pair, over a quarter as many pairs at the same density).
 local core = require "vsalab.core"
 
 local M = {}
@@ -96,15 +97,23 @@ function M.bench(fn, opts)
   return st
 end
 
-function M.pair_flops(D) return 10 * 64 * 64 * D end
+-- FLOPs of one selected pair: 10·block²·D (block defaults to 64).
+function M.pair_flops(D, block)
+  block = block or 64
+  return 10 * block * block * D
+end
 
--- pairs: selected (q block, kv block) pairs; D: head dim; ms: time.
-function M.tflops(pairs, D, ms)
+-- pairs: selected (q block, kv block) pairs; D: head dim; ms: time;
+-- block: tokens per block (default 64). nil when an argument is not a
+-- positive number.
+function M.tflops(pairs, D, ms, block)
+  block = block or 64
   if type(pairs) ~= "number" or type(D) ~= "number" or type(ms) ~= "number"
-      or not (ms > 0) or not (pairs >= 0) or not (D > 0) then
+      or type(block) ~= "number" or not (ms > 0) or not (pairs >= 0) or not (D > 0)
+      or not (block > 0) then
     return nil
   end
-  return M.pair_flops(D) * pairs / (ms * 1e-3) / 1e12
+  return M.pair_flops(D, block) * pairs / (ms * 1e-3) / 1e12
 end
 
 return M

@@ -1,7 +1,12 @@
 -- The correctness cases of docs/CASES.md, written once for every
 -- backward. run(backend, env) returns one result per check:
 --   {case=, name=, check=, passed=, detail=, seed=, errors={...}}
--- env = {device='cpu'|'cuda', seed=, D=64, only={ids}, launches_scale=1}.
+-- env = {device='cpu'|'cuda', seed=, D=64, only={ids}, launches_scale=1,
+--   blocks={64, 128}}: every case runs at each block size of env.blocks
+--   (default: every supported size, vsalab.blocks) that the backend
+--   supports; env.block is the current one while a case runs, and each
+--   result records its block. Shapes are in blocks, so a case means the
+--   same at every size (vbs scale with it: a half block is block/2).
 -- Oracle: fp64 attention from the same bf16 inputs (vsalab.oracle, its own
 -- forward). Outputs of the reference kernels are NaN-poisoned before each
 -- launch by the bindings; a NaN anywhere fails a check.
@@ -16,9 +21,10 @@ local INT32_MAX = 2147483647
 -- ----------------------------------------------------------------------------
 -- building blocks
 
--- A problem from explicit lists. s = {B, H, nq, nkv, D, rows=function(b, h,
--- i) -> list of kv ids, vbs={...} (default all 64), sigma=1, width=,
--- pad=-1, seed}. Returns p like vsalab.problem.build.
+-- A problem from explicit lists at block size env.block. s = {B, H, nq,
+-- nkv, D, rows=function(b, h, i) -> list of kv ids, vbs={...} (default all
+-- env.block), sigma=1, width=, pad=-1, seed}. Returns p like
+-- vsalab.problem.build.
 local function make(env, s)
   local dev = env.device
   local B, H, D = s.B or 1, s.H or 1, s.D or env.D
@@ -29,8 +35,9 @@ local function make(env, s)
     return core.empty({B, H, S, D}, {dtype = "bf16", device = dev})
       :fill_randn{seed = 16 * seed + k, std = std}
   end
-  local p = {B = B, H = H, D = D, nq = nq, nkv = nkv, Sq = 64 * nq,
-    Skv = 64 * nkv, seed = seed, sm_scale = 1 / math.sqrt(D)}
+  local bs = env.block or 64
+  local p = {B = B, H = H, D = D, block = bs, nq = nq, nkv = nkv, Sq = bs * nq,
+    Skv = bs * nkv, seed = seed, sm_scale = 1 / math.sqrt(D)}
   p.q, p.k = randn(p.Sq, 1, sigma), randn(p.Skv, 2, sigma)
   p.v, p.dO = randn(p.Skv, 3, 1), randn(p.Sq, 4, 1)
   local width = s.width or nkv
@@ -51,7 +58,7 @@ local function make(env, s)
   p.q2k_idx = core.from_table(idx, {dtype = "i32", device = dev})
   p.q2k_num = core.from_table(num, {dtype = "i32", device = dev})
   local vbs = s.vbs
-  if not vbs then vbs = {}; for j = 1, nkv do vbs[j] = 64 end end
+  if not vbs then vbs = {}; for j = 1, nkv do vbs[j] = bs end end
   p.vbs_list = vbs
   p.vbs = core.from_table(vbs, {dtype = "i32", device = dev})
   p.k2q_idx, p.k2q_num = core.invert_indices(p.q2k_idx, p.q2k_num, nkv)
@@ -112,12 +119,12 @@ end
 -- The largest run-to-run spread allowed for output `name` of backend bk.
 local function spread_limit(bk, name) return reproducible(bk, name) and 1e-5 or FP32_DQ_TOL end
 
--- Per-64-row-block rel L2 of slice (b, h): the worst block.
-local function worst_block(x, ref, b, h, nblocks)
+-- Per-block rel L2 of slice (b, h) (blocks of bs rows): the worst block.
+local function worst_block(x, ref, b, h, nblocks, bs)
   local worst, at = 0, -1
   for i = 0, nblocks - 1 do
-    local xs = x:narrow(1, b + 1, 1):narrow(2, h + 1, 1):narrow(3, 64 * i + 1, 64):contiguous()
-    local rs = ref:narrow(1, b + 1, 1):narrow(2, h + 1, 1):narrow(3, 64 * i + 1, 64):contiguous()
+    local xs = x:narrow(1, b + 1, 1):narrow(2, h + 1, 1):narrow(3, bs * i + 1, bs):contiguous()
+    local rs = ref:narrow(1, b + 1, 1):narrow(2, h + 1, 1):narrow(3, bs * i + 1, bs):contiguous()
     local c = core.compare(xs, rs)
     local e = c.nonfinite > 0 and math.huge or c.rel_l2
     if e > worst then worst, at = e, i end
@@ -190,7 +197,10 @@ end)
 case(2, "valid-token masking", {}, function(r, b, env)
   local seed = env.next_seed()
   local rand = lcg(seed)
-  local vbs = {64, 32, 64, 32, 32, 64, 64, 32}
+  local bs = env.block
+  -- Full and half blocks (at 128 a half block is 64 valid tokens; one block
+  -- keeps 3/4, past the first 64 there).
+  local vbs = {bs, bs / 2, bs, bs / 2, 3 * bs / 4, bs, bs, bs / 2}
   local rows = {}
   for i = 1, 8 do
     local l = distinct(rand, 8, 4)
@@ -204,8 +214,8 @@ case(2, "valid-token masking", {}, function(r, b, env)
   local function pad_with(name, fill)
     edit_on_host(env, p, name, function(t)
       for j = 0, 7 do
-        if vbs[j + 1] < 64 then
-          t:narrow(3, 64 * j + vbs[j + 1] + 1, 64 - vbs[j + 1]):fill(fill)
+        if vbs[j + 1] < bs then
+          t:narrow(3, bs * j + vbs[j + 1] + 1, bs - vbs[j + 1]):fill(fill)
         end
       end
     end)
@@ -218,10 +228,10 @@ case(2, "valid-token masking", {}, function(r, b, env)
   r("vs oracle", c.passed, c.errors, seed)
   local ok, why = true, ""
   for j = 0, 7 do
-    if vbs[j + 1] < 64 then
+    if vbs[j + 1] < bs then
       for _, name in ipairs{"dk", "dv"} do
         for h = 0, 1 do
-          local z, w = exactly_zero(out[name], 0, h, 64 * j + vbs[j + 1], 64 - vbs[j + 1])
+          local z, w = exactly_zero(out[name], 0, h, bs * j + vbs[j + 1], bs - vbs[j + 1])
           if not z then ok, why = false, name .. " block " .. j .. ": " .. w end
         end
       end
@@ -255,13 +265,13 @@ case(3, "uneven counts", {}, function(r, b, env)
   for _, name in ipairs{"dq", "dk", "dv"} do
     local w = 0
     for h = 0, 1 do
-      local e = worst_block(out[name], ref[name], 0, h, 8)
+      local e = worst_block(out[name], ref[name], 0, h, 8, env.block)
       if e > w then w = e end
     end
     worst[name] = {rel_l2 = w, passed = w < 1e-2}
     if not (w < 1e-2) then ok = false end
   end
-  r("per-64-row-block rel L2", ok, worst, seed)
+  r("per-block rel L2", ok, worst, seed)
   free_all(p, out, ref)
 end)
 
@@ -280,7 +290,7 @@ case(4, "padding in lists", {}, function(r, b, env)
   local ok, why = true, ""
   for h = 0, 1 do
     for _, name in ipairs{"dk", "dv"} do
-      local z, w = exactly_zero(out[name], 0, h, 0, 64)
+      local z, w = exactly_zero(out[name], 0, h, 0, env.block)
       if not z then ok, why = false, name .. ": " .. w end
     end
   end
@@ -337,8 +347,9 @@ case(5, "empty rows and empty blocks", {}, function(r, b, env)
   -- non-empty odd 3; 4-5 are a pair); q block 6 selects only block 3; head 1
   -- has every count 0.
   local rows = {{0, 1, 3}, {2, 4}, {}, {1, 5, 7}, {}, {}, {3}, {0, 6}}
+  local bs = env.block
   local p = make(env, {H = 2, nq = 8, nkv = 8, seed = seed,
-    vbs = {64, 64, 64, 0, 64, 64, 64, 64},
+    vbs = {bs, bs, bs, 0, bs, bs, bs, bs},
     rows = function(_, h, i) return h == 1 and {} or rows[i + 1] end})
   local out, ref = outputs(b, p), oracle(p)
   local c = check.check_outputs(out, ref)
@@ -349,19 +360,19 @@ case(5, "empty rows and empty blocks", {}, function(r, b, env)
     local z, w = exactly_zero(...)
     if not z then ok, why = false, what .. ": " .. w end
   end
-  for _, i in ipairs{2, 4, 5, 6} do need("dq q block " .. i, out.dq, 0, 0, 64 * i, 64) end
-  need("dq of the empty head", out.dq, 0, 1, 0, 512)
+  for _, i in ipairs{2, 4, 5, 6} do need("dq q block " .. i, out.dq, 0, 0, bs * i, bs) end
+  need("dq of the empty head", out.dq, 0, 1, 0, 8 * bs)
   for _, name in ipairs{"dk", "dv"} do
-    need(name .. " of vbs=0 block", out[name], 0, 0, 64 * 3, 64)
-    need(name .. " of the empty head", out[name], 0, 1, 0, 512)
+    need(name .. " of vbs=0 block", out[name], 0, 0, bs * 3, bs)
+    need(name .. " of the empty head", out[name], 0, 1, 0, 8 * bs)
   end
   r("empty rows and blocks exactly 0", ok, nil, seed, why)
   -- Saved lse of rows with no valid key must not matter.
   local lse = p.lse:to_table()
   for _, fill in ipairs{math.huge, -math.huge, 0} do
     for h = 1, 2 do
-      for row = 1, 512 do
-        local i = math.floor((row - 1) / 64)
+      for row = 1, 8 * bs do
+        local i = math.floor((row - 1) / bs)
         if h == 2 or i == 2 or i == 4 or i == 5 or i == 6 then lse[1][h][row] = fill end
       end
     end
@@ -389,7 +400,7 @@ case(6, "backward follows the forward's sparsity", {}, function(r, b, env)
   for _, j in ipairs{1, 3, 5, 6, 7} do
     for _, name in ipairs{"dk", "dv"} do
       for h = 0, 1 do
-        local z, w = exactly_zero(out[name], 0, h, 64 * j, 64)
+        local z, w = exactly_zero(out[name], 0, h, env.block * j, env.block)
         if not z then ok, why = false, name .. " block " .. j .. ": " .. w end
       end
     end
@@ -420,8 +431,8 @@ case(7, "shared kv block", {}, function(r, b, env)
   local parts = {}
   local ok = true
   for _, name in ipairs{"dk", "dv"} do
-    local xs = out[name]:narrow(3, 65, 64):contiguous()
-    local rs = ref[name]:narrow(3, 65, 64):contiguous()
+    local xs = out[name]:narrow(3, env.block + 1, env.block):contiguous()
+    local rs = ref[name]:narrow(3, env.block + 1, env.block):contiguous()
     local c = core.compare(xs, rs)
     c.cosine = check.cosine(c)
     c.passed = c.nonfinite == 0 and c.rel_l2 < 1e-2 and c.cosine >= 0.999
@@ -511,8 +522,9 @@ case(10, "scratch written before read", {gpu = true}, function(r, b, env)
   local p = make(env, {H = 8, nq = 64, nkv = 64, seed = seed, D = 128,
     rows = function() return distinct(rand, 64, 16) end})
   -- Last q block: 10 valid rows, q and dO zero beyond.
+  local bs = env.block
   for _, name in ipairs{"q", "dO"} do
-    edit_on_host(env, p, name, function(t) t:narrow(3, 63 * 64 + 11, 54):fill(0) end)
+    edit_on_host(env, p, name, function(t) t:narrow(3, 63 * bs + 11, bs - 10):fill(0) end)
   end
   p.o, p.lse = core.forward_ref(p.q, p.k, p.v, p.q2k_idx, p.q2k_num, p.vbs,
     {sm_scale = p.sm_scale})
@@ -553,24 +565,27 @@ case(11, "unequal lengths", {}, function(r, b, env)
       end
     end
   end
-  local shaped = out.dk.shape[3] == 7 * 64 and out.dq.shape[3] == 5 * 64
+  local shaped = out.dk.shape[3] == 7 * env.block and out.dq.shape[3] == 5 * env.block
   r("per-(b, h) rel L2, dk/dv shaped by Skv", ok and shaped, errs, seed)
   free_all(p, out, ref)
 end)
 
 case(12, "64-bit offsets", {gpu = true}, function(r, b, env)
-  for _, nblocks in ipairs{16384, 16385} do
+  -- 2^20 tokens (and one block more) at any block size: B·H·S·D = 2^31.
+  local bs = env.block
+  local n0 = 16384 * 64 / bs
+  for _, nblocks in ipairs{n0, n0 + 1} do
     local seed = env.next_seed()
     local p = require("vsalab.problem")
     -- Block-diagonal lists: q block i attends kv block i only.
     local H, D, dev = 16, 128, env.device
-    local S = 64 * nblocks
-    local t = {B = 1, H = H, D = D, nq = nblocks, nkv = nblocks, Sq = S, Skv = S,
+    local S = bs * nblocks
+    local t = {B = 1, H = H, D = D, block = bs, nq = nblocks, nkv = nblocks, Sq = S, Skv = S,
       seed = seed, sm_scale = 1 / math.sqrt(D)}
     local function randn(k) return core.empty({1, H, S, D}, {dtype = "bf16", device = dev}):fill_randn{seed = 16 * seed + k} end
     t.q, t.k, t.v, t.dO = randn(1), randn(2), randn(3), randn(4)
     t.q2k_idx, t.q2k_num = M.diagonal_lists(1, H, nblocks, dev)
-    t.vbs = core.full({nblocks}, 64, {dtype = "i32", device = dev})
+    t.vbs = core.full({nblocks}, bs, {dtype = "i32", device = dev})
     t.k2q_idx, t.k2q_num = core.invert_indices(t.q2k_idx, t.q2k_num, nblocks)
     t.o, t.lse = core.forward_ref(t.q, t.k, t.v, t.q2k_idx, t.q2k_num, t.vbs, {sm_scale = t.sm_scale})
     local out = outputs(b, t)
@@ -600,10 +615,10 @@ case(13, "layouts of dO", {}, function(r, b, env)
   local p = make(env, {B = 1, H = 2, nq = 4, nkv = 4, seed = seed,
     rows = function() return distinct(rand, 4, 2) end})
   local base = outputs(b, p)
-  local bshd = core.empty({1, 256, 2, p.D}, {dtype = "bf16", device = env.device}):fill_randn{seed = seed}
+  local bshd = core.empty({1, p.Sq, 2, p.D}, {dtype = "bf16", device = env.device}):fill_randn{seed = seed}
   local ones = core.full({1, 1, 1, p.D}, 1, {dtype = "bf16", device = env.device})
   for _, v in ipairs{{"BSHD viewed as BHSD", bshd:transpose(2, 3)},
-      {"stride-0 broadcast of ones", ones:expand{1, 2, 256, p.D}}} do
+      {"stride-0 broadcast of ones", ones:expand{1, 2, p.Sq, p.D}}} do
     local q = {}
     for k, x in pairs(p) do q[k] = x end
     q.dO = v[2]
@@ -642,14 +657,14 @@ case(14, "lse convention", {}, function(r, b, env)
   local ln2 = math.log(2)
   local function form(f)
     local t = {{}}
-    for h = 1, 2 do t[1][h] = {}; for s = 1, 256 do t[1][h][s] = f(h, s) end end
+    for h = 1, 2 do t[1][h] = {}; for s = 1, p.Sq do t[1][h][s] = f(h, s) end end
     return core.from_table(t, {dtype = "f32", device = env.device})
   end
   local wrong = {
     {"natural log", form(function(h, s) return lse[1][h][s] * ln2 end)},
     -- [B,S,H] bytes read as [B,H,S]
     {"transposed [B,S,H]", form(function(h, s)
-      local flat = (h - 1) * 256 + (s - 1)
+      local flat = (h - 1) * p.Sq + (s - 1)
       local ss, hh = math.floor(flat / 2), flat % 2
       return lse[1][hh + 1][ss + 1]
     end)},
@@ -702,24 +717,34 @@ function M.run(backend, env)
   env.next_seed = function() seed = seed + 1; drawn = seed; return seed end
   local only
   if env.only then only = {}; for _, i in ipairs(env.only) do only[i] = true end end
+  local blocks = require "vsalab.blocks"
+  local sizes = env.blocks or blocks.sizes
   local results = {}
-  for _, c in ipairs(M.list) do
-    if (not only or only[c.id]) and not (c.gpu and env.device == "cpu") then
-      local function record(checkname, passed, errors, s, detail)
-        results[#results + 1] = {case = c.id, name = c.name, check = checkname,
-          passed = passed and true or false, errors = errors, seed = s,
-          detail = detail, backend = backend.name, device = env.device}
-        if env.on_result then env.on_result(results[#results]) end
+  for _, bs in ipairs(sizes) do
+    blocks.check(bs, "cases.run: env.blocks")
+    -- A backend that does not take this block size (the native kernels at
+    -- 128, today) runs the cases at the sizes it takes.
+    local takes = not backend.supported or backend.supported(env.device, {block = bs, D = env.D})
+    for _, c in ipairs(takes and M.list or {}) do
+      if (not only or only[c.id]) and not (c.gpu and env.device == "cpu") then
+        env.block = bs
+        local function record(checkname, passed, errors, s, detail)
+          results[#results + 1] = {case = c.id, name = c.name, check = checkname,
+            passed = passed and true or false, errors = errors, seed = s,
+            detail = detail, backend = backend.name, device = env.device, block = bs}
+          if env.on_result then env.on_result(results[#results]) end
+        end
+        drawn = nil
+        local ok, err = xpcall(function() c.fn(record, backend, env) end, debug.traceback)
+        -- Ctrl-C must stop the run, not count as one failed case.
+        if not ok and tostring(err):find("interrupted!", 1, true) then error(err, 0) end
+        -- A case that raised (a peer that failed) replays from the seed it drew.
+        if not ok then record("ran without error", false, nil, drawn, err) end
+        collectgarbage()
       end
-      drawn = nil
-      local ok, err = xpcall(function() c.fn(record, backend, env) end, debug.traceback)
-      -- Ctrl-C must stop the run, not count as one failed case.
-      if not ok and tostring(err):find("interrupted!", 1, true) then error(err, 0) end
-      -- A case that raised (a peer that failed) replays from the seed it drew.
-      if not ok then record("ran without error", false, nil, drawn, err) end
-      collectgarbage()
     end
   end
+  env.block = nil
   return results
 end
 
@@ -740,9 +765,9 @@ function M.format(res)
     errs = table.concat(parts, " ")
   end
   -- A case that raised before drawing a seed has none to show.
-  return string.format("case %2d %-36s %-52s %s%s %s %s", res.case, res.name,
-    res.check, res.passed and "PASS" or "FAIL", res.seed ~= nil and (" seed=" .. tostring(res.seed)) or "",
-    errs, res.detail or "")
+  return string.format("case %2d blk%-3d %-36s %-52s %s%s %s %s", res.case, res.block or 64,
+    res.name, res.check, res.passed and "PASS" or "FAIL",
+    res.seed ~= nil and (" seed=" .. tostring(res.seed)) or "", errs, res.detail or "")
 end
 
 return M

@@ -183,9 +183,10 @@ function M.spot_compare(p, outs, opts, pre)
     local b, h = math.floor(bh / p.H), bh % p.H
     for name, blocks in pairs{dq = qb, dk = kb, dv = kb} do
       local x = outs[name]:narrow(1, b + 1, 1):narrow(2, h + 1, 1)
+      local bs = p.block or 64 -- tokens per block
       for _, blk in ipairs(blocks) do
-        local xs = x:narrow(3, blk * 64 + 1, 64):contiguous()
-        local rs = ref[name]:narrow(3, blk * 64 + 1, 64)
+        local xs = x:narrow(3, blk * bs + 1, bs):contiguous()
+        local rs = ref[name]:narrow(3, blk * bs + 1, bs)
         table.insert(parts[name], core.compare(xs, rs))
         xs:free()
       end

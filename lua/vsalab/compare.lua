@@ -10,7 +10,9 @@
 -- points then match without the kernel: `vsalab compare 7:sm90a 7:triton`
 -- sets two kernels of one run (the same inputs) side by side.
 -- Points match on (experiment, kernel, B, H, Sq, Skv, D, block,
--- density, topk, ragged, list kind, timing mode); the list kind is the
+-- density, topk, ragged, list kind, timing mode); block is the block size
+-- (64 when a row has none: rows of a DB not yet upgraded to schema 4, read
+-- read-only); the table shows it per point. The list kind is the
 -- row's extra.point.lists ('random' when absent: rows of random lists and
 -- rows logged before the axis existed); when a run measured a point twice
 -- the last row counts; a point timed in one run only is listed as ONLY A
@@ -75,6 +77,7 @@ local function point_key(r, no_kernel)
   for i, c in ipairs(key_cols) do
     local v = r[c]
     if no_kernel and c == "kernel" then v = "*" end
+    if c == "block" and v == nil then v = 64 end -- rows from before the block axis
     if type(v) == "number" and c == "density" then v = string.format("%.6f", v) end
     parts[i] = tostring(v)
   end
@@ -215,6 +218,7 @@ end
 
 local function point_row(r, verdict)
   return {experiment = r.experiment, kernel = r.kernel, B = r.B, H = r.H, S = r.Sq,
+    block = r.block or 64,
     ragged = r.ragged, density = r.density, lists = r.lists, mode = r.mode,
     verdict = verdict, flags = ""}
 end
@@ -405,7 +409,7 @@ function M.main(argv)
   if not mismatch then
     report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "B", fmt = "%d"},
       {key = "H", fmt = "%d"}, {key = "ragged", fmt = "%d"},
-      {key = "S", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
+      {key = "S", fmt = "%d"}, {key = "block", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
       {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
       {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
   end

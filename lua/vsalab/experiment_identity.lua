@@ -36,6 +36,10 @@ end
 -- (Other fields stay the build's to refuse: scripts and reruns build
 -- failing points on purpose, and those runs must end `failed`.)
 function M.check_point(c)
+  if c.block ~= nil and not require("vsalab.blocks").supported(c.block) then
+    usage.error(string.format("argument 'block': expected a block size (%s), got %s",
+      require("vsalab.blocks").text(), tostring(c.block)))
+  end
   if c.density ~= nil and c.topk == nil
       and not (type(c.density) == "number" and c.density > 0 and c.density <= 1) then
     usage.error(string.format("argument 'density': expected a number in (0, 1], got %s",

@@ -14,14 +14,16 @@ local power = require "vsalab.power_cap"
 local M = {}
 
 local function shape_of(c, p)
-  return string.format("B%d H%d S%d D%d %.0f%%%s%s", p.B, p.H, p.Sq, p.D,
+  -- Block 64 (the default) is left out of the label, as before the axis.
+  return string.format("B%d H%d S%d D%d%s %.0f%%%s%s", p.B, p.H, p.Sq, p.D,
+    (p.block or 64) ~= 64 and " blk" .. p.block or "",
     100 * p.density, c.ragged and " ragged" or "",
     p.lists ~= "random" and " " .. p.lists or "")
 end
 
 local function base_row(name, c, p)
   return {experiment = name, B = p.B, H = p.H, Sq = p.Sq, Skv = p.Skv,
-    D = p.D, block = 64, density = p.density, topk = p.topk,
+    D = p.D, block = p.block, density = p.density, topk = p.topk,
     ragged = c.ragged and 1 or 0, pairs = p.pairs}
 end
 
@@ -180,7 +182,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
         timing(r, bst)
         r.passed = res.passed and 1 or 0
         -- Never report the speed of a wrong output, nor of an emulation.
-        r.tflops = res.passed and not b.emulated and bench.tflops(p.pairs, p.D, bst.median) or nil
+        r.tflops = res.passed and not b.emulated and bench.tflops(p.pairs, p.D, bst.median, p.block) or nil
         r.errors = res.errors
         r.note = b.emulated and ("emulated (checked, not a speed): " .. res.what) or res.what
         local capped = power.capped_ms(clk0, clk1)

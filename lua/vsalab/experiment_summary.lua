@@ -14,7 +14,7 @@ function M.summary(rows, anchors, gemm)
     any_vsa = any_vsa or (x.lists ~= nil and x.lists ~= "random")
     local e = r.errors or {}
     local function err(k) return e[k] and e[k].rel_l2 end
-    t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, density = r.density,
+    t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, block = r.block or 64, density = r.density,
       topk = r.topk, ms = r.ms_median, tflops = r.tflops,
       ragged = (r.ragged == 1 or r.ragged == true) and 1 or 0, -- as `show` and `compare` print it
       dq = err("dq"), dk = err("dk"), dv = err("dv"),
@@ -45,6 +45,10 @@ function M.summary(rows, anchors, gemm)
   -- A point timed under a power or thermal limit it could not wait out
   -- (vsalab.power_cap.time_uncapped): say so, before the check column.
   if any_capped then table.insert(cols, #cols - 1, {key = "capped"}) end
+  -- The block size, after S, when any row is not at 64 (the default).
+  local any_block = false
+  for _, x in ipairs(t) do any_block = any_block or x.block ~= 64 end
+  if any_block then table.insert(cols, 5, {key = "block", fmt = "%d"}) end
   print()
   report.table(t, cols)
 end

@@ -14,7 +14,8 @@
 --   ascending, no repeats, -1 past each count; q2k [B,H,nq,W] with W the
 --   longest row, k2q [B,H,nkv,nq]),
 --   job.json: {protocol=1, backend, device ('cpu' or 'cuda'), cuda_device,
---   B, H, Sq, Skv, D, nq, nkv, block=64, sm_scale, inputs={name={file,
+--   B, H, Sq, Skv, D, nq, nkv, block (tokens per block, 64 or 128: the
+--   problem's), sm_scale, inputs={name={file,
 --   dtype, stored_as, shape}}, outputs={dq|dk|dv={file, shape}}, bench
 --   (null: compute once, no timing; else {warmup, min_samples, max_noise,
 --   min_time, max_time (s), max_samples, repeats, hold, mode}), timing_file}
@@ -94,7 +95,7 @@ function M.write_job(dir, name, p, bench)
   local dev = p.q.device
   local job = {protocol = 1, backend = name, device = dev == "cpu" and "cpu" or "cuda",
     cuda_device = dev ~= "cpu" and tonumber(dev:match("%d+")) or json.null,
-    B = p.B, H = p.H, Sq = p.Sq, Skv = p.Skv, D = p.D, nq = p.nq, nkv = p.nkv, block = 64,
+    B = p.B, H = p.H, Sq = p.Sq, Skv = p.Skv, D = p.D, nq = p.nq, nkv = p.nkv, block = p.block or 64,
     sm_scale = p.sm_scale, inputs = inputs,
     outputs = {dq = {file = "dq.npy", shape = p.q.shape}, dk = {file = "dk.npy", shape = p.k.shape},
       dv = {file = "dv.npy", shape = p.k.shape}},
@@ -275,6 +276,9 @@ M.peers = {
       ".peer/fastvideo_triton/index.py"},
     hint = "run tests/gpu/fetch_peer.sh (and copy .peer/ to the GPU host)",
     device = "cuda", D = {64, 128},
+    -- Its kernels take 64-token lists; 128 needs FastVideo's expansion of
+    -- the lists to 64 first (not done here yet).
+    blocks = {64},
   },
   numpy = {
     cmd = {"python3", "tests/peers/numpy_peer.py"},
@@ -360,6 +364,11 @@ function M.peer(name)
         local ok = false
         for _, x in ipairs(d.D) do ok = ok or x == p.D end
         if not ok then return false, name .. " takes D in {" .. table.concat(d.D, ", ") .. "}" end
+      end
+      if d.blocks and p and p.block then
+        local ok = false
+        for _, x in ipairs(d.blocks) do ok = ok or x == p.block end
+        if not ok then return false, "block " .. tostring(p.block) .. ": not supported by this kernel" end
       end
       return true
     end}

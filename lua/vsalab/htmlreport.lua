@@ -182,7 +182,7 @@ function M.render(db, ids, lead, kernels)
     local compare = require "vsalab.compare"
     local rows = db:q("SELECT *, " .. compare.lists_sql .. [[ AS lists,
       CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing
-      FROM result_summary WHERE ]] .. of_rows .. [[ ORDER BY experiment, kernel, H, density, Sq]], unpack(only or {}))
+      FROM result_summary WHERE ]] .. of_rows .. [[ ORDER BY experiment, kernel, block, H, density, Sq]], unpack(only or {}))
     -- One chart per experiment, against the axis its points vary along:
     -- tokens (log2) when Sq varies, else density, else heads (a sweep of
     -- densities at one token count would otherwise draw one dot).
@@ -212,9 +212,12 @@ function M.render(db, ids, lead, kernels)
       end
       local key = x == "density" and r.kernel or string.format("%s %.0f%%", r.kernel, 100 * (r.density or 0))
       if r.lists and r.lists ~= "random" then key = key .. " " .. r.lists end
+      -- A series per block size: TFLOPS at 64 and at 128 are different curves.
+      if (r.block or 64) ~= 64 then key = key .. " blk" .. r.block end
       local s = groups[g].series[key]
       if not s then
-        s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0, lists = r.lists}
+        s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0, lists = r.lists,
+          block = r.block or 64}
         groups[g].series[key] = s
       end
       local xv = r[x] or 0
@@ -228,6 +231,7 @@ function M.render(db, ids, lead, kernels)
       -- Legend by kernel, then density as a number.
       table.sort(series, function(a, b)
         if a.kernel ~= b.kernel then return a.kernel < b.kernel end
+        if a.block ~= b.block then return a.block < b.block end
         if a.density ~= b.density then return a.density < b.density end
         -- extra.point.lists is free JSON: a number in a hand-made row.
         return tostring(a.lists) < tostring(b.lists)
@@ -273,7 +277,7 @@ function M.render(db, ids, lead, kernels)
       end
       o[#o + 1] = "</table>"
     end
-    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "density", "topk", "ragged", "lists", "sharing", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "throttled", "passed", "worst_output", "worst_rel_l2", "note"}
+    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "block", "density", "topk", "ragged", "lists", "sharing", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "throttled", "passed", "worst_output", "worst_rel_l2", "note"}
     for _, r in ipairs(rows) do
       if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
     end

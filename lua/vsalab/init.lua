@@ -57,7 +57,11 @@ end
 -- one ran.
 function M.backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
   local device = device_of("backward", "q", q) == "cpu" and "cpu" or "cuda"
-  local b = M.backends.pick(device, {D = q.shape[4]})
+  -- The block size the references take from vbs (Skv / its length): the
+  -- native kernels take 64 only, so 128 falls back to the reference.
+  local block = (core.is_tensor(k) and core.is_tensor(vbs) and vbs.ndim == 1 and vbs.shape[1] > 0)
+    and k.shape[3] / vbs.shape[1] or nil
+  local b = M.backends.pick(device, {D = q.shape[4], block = block})
   local fn = b.name == "reference" and core.backward_ref or core["backward_" .. b.name]
   local dq, dk, dv = fn(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
   return dq, dk, dv, b.name

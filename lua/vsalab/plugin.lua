@@ -143,6 +143,10 @@ function M.load(o)
       sha256 = M.file_sha256(o.path)},
     bench_opts = o.bench_opts or backends.kernel_bench_opts,
     supported = function(device, p)
+      -- The plug-in ABI (include/vsalab_plugin.h) has no block size yet.
+      if p and p.block and p.block ~= 64 then
+        return false, "block " .. tostring(p.block) .. ": not supported by this kernel (plug-ins take 64)"
+      end
       if device == "cpu" and not info.cpu then return false, name .. " is a CUDA plug-in" end
       if device ~= "cpu" and not info.cuda then return false, name .. " is a CPU plug-in" end
       if o.supported then return o.supported(device, p) end

@@ -1,10 +1,15 @@
 -- A block-sparse attention problem: inputs, block lists, forward outputs.
 --
--- build{B=1, H=, Sq=, Skv=Sq, D=128, density= | topk=, ragged=false,
---   seed=, device (default 'cuda' when a GPU is here, else 'cpu'), latent={T,H,W} (then Sq = Skv = 64·blocks and
---   variable_block_sizes come from 4×4×4 tiles of the latent), sm_scale=
---   1/sqrt(D), forward=true, lists='random' | 'vsa:ℓ'}
--- -> p = {B, H, Sq, Skv, D, nq, nkv, topk, density, pairs, seed, sm_scale,
+-- build{B=1, H=, Sq=, Skv=Sq, D=128, block=64, density= | topk=,
+--   ragged=false, seed=, device (default 'cuda' when a GPU is here, else
+--   'cpu'), latent={T,H,W} (then Sq = Skv = block·blocks and
+--   variable_block_sizes come from the block's tiles of the latent: 4×4×4
+--   at 64, 2×8×8 at 128, vsalab.blocks), sm_scale=1/sqrt(D), forward=true,
+--   lists='random' | 'vsa:ℓ'}
+-- block: tokens per q block and per kv block, 64 or 128 (vsalab.blocks;
+--   anything else raises naming the supported sizes); Sq and Skv must be
+--   multiples of it, and vbs entries lie in [0, block].
+-- -> p = {B, H, Sq, Skv, D, block, nq, nkv, topk, density, pairs, seed, sm_scale,
 --   q, k, v, dO (bf16 [B,H,S,D], cuRAND normal), vbs ([nkv] i32),
 --   q2k_idx, q2k_num, k2q_idx, k2q_num, o, lse (reference forward),
 --   lists ('random' or the canonical 'vsa:ℓ'), ell (vsa only), sharing}
@@ -22,6 +27,7 @@
 -- `sharing` is vsalab.list_sharing of the lists (kv blocks 2m and 2m+1
 -- paired): ≈ the density for random lists, more for correlated inputs.
 local core = require "vsalab.core"
+local blocks = require "vsalab.blocks"
 
 local M = {}
 
@@ -54,10 +60,12 @@ function M.parse_lists(lists)
   return "vsa", ell, string.format("vsa:%.12g", ell)
 end
 
--- The most cubic latent {4·nt, 4·nh, 4·nw} with nt·nh·nw = nblocks and
--- nt <= nh <= nw (ties: the larger nt): e.g. 64 blocks -> {16, 16, 16},
--- 2048 -> {32, 64, 64}.
-function M.grid_latent(nblocks)
+-- The most cubic tile grid nt·nh·nw = nblocks, nt <= nh <= nw (ties: the
+-- larger nt), as a latent of the block size's tiles {tt·nt, th·nh, tw·nw}
+-- (block 64: 4×4×4 tiles, so 64 blocks -> {16, 16, 16}, 2048 -> {32, 64,
+-- 64}; block 128: 2×8×8 tiles, 64 blocks -> {8, 32, 32}).
+function M.grid_latent(nblocks, block)
+  local tile = blocks.tile(block or blocks.default)
   local best
   for a = 1, nblocks do
     if a * a * a > nblocks then break end
@@ -73,12 +81,12 @@ function M.grid_latent(nblocks)
       end
     end
   end
-  return {4 * best[1], 4 * best[2], 4 * best[3]}
+  return {tile[1] * best[1], tile[2] * best[2], tile[3] * best[3]}
 end
 
 -- The fields build takes (vbs and forward = false for tests' own block
 -- sizes and no reference forward).
-M.fields = {"B", "H", "Sq", "Skv", "latent", "D", "density", "topk", "ragged", "seed",
+M.fields = {"B", "H", "Sq", "Skv", "latent", "D", "block", "density", "topk", "ragged", "seed",
   "device", "lists", "sm_scale", "vbs", "forward"}
 local known = {}
 for _, k in ipairs(M.fields) do known[k] = true end
@@ -99,24 +107,30 @@ function M.build(s)
   if type(seed) ~= "number" or seed < 0 or seed ~= math.floor(seed) or seed >= 2^48 then
     error("problem.build: seed must be an integer in [0, 2^48) (tensor seeds are 16*seed+k)", 2)
   end
+  local block = s.block == nil and blocks.default or s.block
+  if not blocks.supported(block) then
+    error(string.format("problem.build: block size %s is not supported (supported: %s)",
+      tostring(block), blocks.text()), 2)
+  end
   local vbs, Sq, Skv
   if s.latent then
     local nblocks
     vbs, Sq, nblocks = core.video_blocks{T = s.latent[1], H = s.latent[2],
-      W = s.latent[3], device = dev}
+      W = s.latent[3], block = block, device = dev}
     Skv = Sq
   else
     Sq = assert(s.Sq, "Sq (or latent) is required")
     Skv = s.Skv or Sq
     for name, v in pairs{Sq = Sq, Skv = Skv} do
-      if v <= 0 or v % 64 ~= 0 then
-        error(string.format("problem.build: %s = %s is not a positive multiple of 64", name, tostring(v)), 2)
+      if type(v) ~= "number" or v <= 0 or v % block ~= 0 then
+        error(string.format("problem.build: %s = %s is not a positive multiple of the block size %d",
+          name, tostring(v), block), 2)
       end
     end
-    vbs = s.vbs or core.full({Skv / 64}, 64, {dtype = "i32", device = dev})
+    vbs = s.vbs or core.full({Skv / block}, block, {dtype = "i32", device = dev})
   end
-  local nq, nkv = Sq / 64, Skv / 64
-  local p = {B = B, H = H, Sq = Sq, Skv = Skv, D = D, nq = nq, nkv = nkv,
+  local nq, nkv = Sq / block, Skv / block
+  local p = {B = B, H = H, Sq = Sq, Skv = Skv, D = D, block = block, nq = nq, nkv = nkv,
     seed = seed, sm_scale = s.sm_scale or 1 / math.sqrt(D), vbs = vbs,
     latent = s.latent, ragged = s.ragged and true or false}
   local kind, ell
@@ -133,7 +147,7 @@ function M.build(s)
       if Sq ~= Skv then
         error(string.format("problem.build: lists='%s' needs Sq = Skv (one latent), got %d and %d", p.lists, Sq, Skv), 2)
       end
-      latent = M.grid_latent(nq)
+      latent = M.grid_latent(nq, block)
       p.latent = latent
     end
     p.ell = ell
@@ -143,10 +157,10 @@ function M.build(s)
   p.v = tensor({B, H, Skv, D}, dev, 16 * seed + 3)
   p.dO = tensor({B, H, Sq, D}, dev, 16 * seed + 4)
   if kind == "vsa" then
-    core.smooth_latent(p.q, {latent = latent, ell = ell})
-    core.smooth_latent(p.k, {latent = latent, ell = ell})
+    core.smooth_latent(p.q, {latent = latent, ell = ell, block = block})
+    core.smooth_latent(p.k, {latent = latent, ell = ell, block = block})
     p.q2k_idx, p.q2k_num, p.topk = core.vsa_topk{q = p.q, k = p.k, density = s.density,
-      topk = s.topk, latent = latent}
+      topk = s.topk, latent = latent, block = block}
   else
     p.q2k_idx, p.q2k_num, p.topk = core.random_topk{B = B, H = H, nq = nq,
       nkv = nkv, density = s.density, topk = s.topk, ragged = s.ragged,
@@ -177,7 +191,7 @@ function M.head(p, bh)
   local function sl(t)
     return t:narrow(1, b + 1, 1):narrow(2, h + 1, 1):contiguous()
   end
-  local q = {B = 1, H = 1, Sq = p.Sq, Skv = p.Skv, D = p.D, nq = p.nq,
+  local q = {B = 1, H = 1, Sq = p.Sq, Skv = p.Skv, D = p.D, block = p.block, nq = p.nq,
     nkv = p.nkv, seed = p.seed, sm_scale = p.sm_scale,
     topk = p.topk, density = p.density, lists = p.lists}
   for _, k in ipairs{"q", "k", "v", "dO", "o", "lse", "q2k_idx", "q2k_num",

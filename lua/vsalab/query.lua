@@ -233,7 +233,9 @@ function M.main(argv)
     -- (a column since schema version 2; a read-only older file lacks it).
     local thr = #db:q("SELECT 1 FROM pragma_table_info('result') WHERE name = 'throttled'") > 0
       and "throttled, " or ""
-    local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, density, topk, ragged, ]]
+    -- block: the block size (64 for rows from before the axis).
+    local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, coalesce(block, 64) AS block,
+        density, topk, ragged, ]]
       .. require("vsalab.compare").lists_sql .. [[ AS lists,
         CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing, mode,
         samples, ms_median, tflops, ]] .. thr .. [[passed, worst_output, worst_rel_l2, note

@@ -96,9 +96,13 @@ local function value_text(v)
 end
 
 -- The stable hash of a point (ignores the `hash` key itself).
+-- block = 64 (the default block size) is left out, so a point keeps the
+-- hash (and problem seed) it had before sweeps had a block axis.
 function M.hash(pt)
   local keys = {}
-  for k in pairs(pt) do if k ~= "hash" then keys[#keys + 1] = k end end
+  for k in pairs(pt) do
+    if k ~= "hash" and not (k == "block" and pt[k] == 64) then keys[#keys + 1] = k end
+  end
   table.sort(keys)
   local parts = {}
   for i, k in ipairs(keys) do parts[i] = k .. "=" .. value_text(pt[k]) end
@@ -206,6 +210,9 @@ M.shape_axes = {
   Skv = {lo = 64, hi = 2^30, step = 64, what = "a multiple of 64 in [64, 2^30]"},
   -- Not an integer: problem.build's fraction of kv blocks each q block keeps.
   density = {fraction = true, what = "a number in (0, 1]"},
+  -- Tokens per block: one of the sizes src/core/block_size.c lists.
+  block = {set = require("vsalab.blocks").sizes,
+    what = "a block size (" .. require("vsalab.blocks").text() .. ")"},
 }
 
 local function check_shape(name, v, spec)
@@ -213,6 +220,9 @@ local function check_shape(name, v, spec)
   if not s then return end
   local ok
   if s.fraction then ok = type(v) == "number" and v > 0 and v <= 1
+  elseif s.set then
+    ok = false
+    for _, x in ipairs(s.set) do ok = ok or v == x end
   else
     ok = type(v) == "number" and v == math.floor(v) and v >= s.lo and v <= s.hi and v % (s.step or 1) == 0
   end

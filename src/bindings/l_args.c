@@ -115,6 +115,46 @@ vsa_arg_int(lua_State *L, int idx, const char *k, int required, long long def,
   return (int)v;
 }
 
+int
+vsa_arg_block(lua_State *L, int idx, const char *fn, int def)
+{
+  lua_getfield(L, idx, "block");
+  int v = def;
+  if (!lua_isnil(L, -1)) {
+    lua_Number n = lua_tonumber(L, -1);
+    if (lua_type(L, -1) != LUA_TNUMBER)
+      vsa_lua_errorf(L, "%s: field 'block' must be a supported block size (%s), got a %s", fn,
+                     vsa_block_sizes_text(), luaL_typename(L, -1));
+    if (n != floor(n) || !(n >= 1 && n <= 1 << 20) || !vsa_block_supported((int)n))
+      vsa_lua_errorf(L, "%s: field 'block' must be a supported block size (%s), got %g", fn,
+                     vsa_block_sizes_text(), (double)n);
+    v = (int)n;
+  }
+  lua_pop(L, 1);
+  return v;
+}
+
+int
+vsa_arg_block_of_vbs(lua_State *L, int64_t Skv, int64_t nvbs)
+{
+  if (nvbs >= 1 && Skv % nvbs == 0 && Skv / nvbs <= VSA_BLOCK_MAX &&
+      vsa_block_supported((int)(Skv / nvbs)))
+    return (int)(Skv / nvbs);
+  /* "expected shape [6] (block 64) or [3] (block 128) for Skv 384" */
+  char want[256];
+  int at = 0;
+  for (int i = 0; i < vsa_n_block_sizes && at < (int)sizeof want; i++) {
+    int b = vsa_block_table[i].block;
+    if (Skv % b) continue;
+    at += snprintf(want + at, sizeof want - (size_t)at, "%s[%lld] (block %d)", at ? " or " : "",
+                   (long long)(Skv / b), b);
+  }
+  if (!at) snprintf(want, sizeof want, "[Skv/block] for a block size of %s", vsa_block_sizes_text());
+  vsa_lua_errorf(L, "variable_block_sizes: expected shape %s for Skv %lld, got [%lld]", want,
+                 (long long)Skv, (long long)nvbs);
+  return 0;
+}
+
 double
 vsa_arg_num(lua_State *L, int idx, const char *k, double def)
 {

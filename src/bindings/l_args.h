@@ -13,6 +13,7 @@
 typedef struct {
   int64_t B, H, Sq, Skv, D;
   int device;
+  int block; /* tokens per block, from variable_block_sizes (Skv / its length) */
 } attn_dims;
 
 void vsa_arg_fmt_shape(const int64_t *s, int n, char *buf, size_t len);
@@ -30,6 +31,15 @@ void vsa_arg_check_i64_entries(lua_State *L, const vsa_tensor *idx64, const vsa_
 int vsa_arg_int(lua_State *L, int idx, const char *k, int required, long long def,
                 long long lo, long long hi);
 double vsa_arg_num(lua_State *L, int idx, const char *k, double def);
+/* Field 'block' of the table at idx: a supported block size (bsa.h's
+ * vsa_block_table), def when absent; otherwise "fn: field 'block' must be
+ * a supported block size (64, 128), got ...". */
+int vsa_arg_block(lua_State *L, int idx, const char *fn, int def);
+/* The block size a variable_block_sizes of nvbs entries implies for a kv
+ * sequence of Skv tokens (Skv / nvbs), raising naming variable_block_sizes
+ * and the supported sizes when that is not a supported size. The
+ * references take their block size from vbs this way. */
+int vsa_arg_block_of_vbs(lua_State *L, int64_t Skv, int64_t nvbs);
 /* Boolean option k of the table at idx: true/false or 0/1 (sweep axes and
  * key=value arguments give numbers); def when absent; otherwise an error
  * "fn: field 'k' must be a boolean ...". */

@@ -21,18 +21,47 @@
 // ----------------------------------------------------------------------------
 // metadata builders
 
-/* vsalab.video_blocks{T=, H=, W=, tile={4,4,4}, device=}
- *   -> vbs [nblocks] i32, padded_tokens (= 64 * nblocks), nblocks */
+/* vsalab.block_sizes() -> {64, 128}: the supported block sizes, ascending,
+ * the first the default; and a table block -> its default video tile
+ * {t, h, w} (bsa.h's vsa_block_table, the one list). */
+static int
+l_block_sizes(lua_State *L)
+{
+  lua_createtable(L, vsa_n_block_sizes, 0);
+  lua_createtable(L, 0, vsa_n_block_sizes);
+  for (int i = 0; i < vsa_n_block_sizes; i++) {
+    lua_pushinteger(L, vsa_block_table[i].block);
+    lua_rawseti(L, -3, i + 1);
+    lua_createtable(L, 3, 0);
+    for (int x = 0; x < 3; x++) {
+      lua_pushinteger(L, vsa_block_table[i].tile[x]);
+      lua_rawseti(L, -2, x + 1);
+    }
+    lua_rawseti(L, -2, vsa_block_table[i].block);
+  }
+  return 2;
+}
+
+/* vsalab.video_blocks{T=, H=, W=, block=64, tile=, device=}
+ *   -> vbs [nblocks] i32, padded_tokens (= block * nblocks), nblocks.
+ * tile defaults to block's tile ({4,4,4} at 64, {2,8,8} at 128); a given
+ * tile's volume is the block size (and must equal block when both are
+ * given). */
 static int
 l_video_blocks(lua_State *L)
 {
-  static const char *const keys[] = {"T", "H", "W", "tile", "device", NULL};
+  static const char *const keys[] = {"T", "H", "W", "tile", "block", "device", NULL};
   vsa_arg_check_keys(L, 1, "video_blocks", keys);
   luaL_checktype(L, 1, LUA_TTABLE);
   int T = vsa_arg_int(L, 1, "T", 1, 0, 1, 1 << 20);
   int Hh = vsa_arg_int(L, 1, "H", 1, 0, 1, 1 << 20);
   int W = vsa_arg_int(L, 1, "W", 1, 0, 1, 1 << 20);
-  int tile[3] = {4, 4, 4};
+  int block = vsa_arg_block(L, 1, "video_blocks", VSA_BLOCK);
+  lua_getfield(L, 1, "block");
+  int block_given = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  const vsa_block_size_info *bi = vsa_block_info(block);
+  int tile[3] = {bi->tile[0], bi->tile[1], bi->tile[2]};
   lua_getfield(L, 1, "tile");
   if (!lua_isnil(L, -1)) {
     if (!lua_istable(L, -1) || lua_objlen(L, -1) != 3)
@@ -40,11 +69,16 @@ l_video_blocks(lua_State *L)
     for (int i = 0; i < 3; i++) {
       lua_rawgeti(L, -1, i + 1);
       lua_Number v = lua_tonumber(L, -1);
-      if (lua_type(L, -1) != LUA_TNUMBER || v != floor(v) || v < 1 || v > 64)
-        vsa_lua_errorf(L, "field 'tile' must hold 3 integers in [1, 64]");
+      if (lua_type(L, -1) != LUA_TNUMBER || v != floor(v) || v < 1 || v > VSA_BLOCK_MAX)
+        vsa_lua_errorf(L, "field 'tile' must hold 3 integers in [1, %d]", VSA_BLOCK_MAX);
       tile[i] = (int)v;
       lua_pop(L, 1);
     }
+    long long vol = (long long)tile[0] * tile[1] * tile[2];
+    if (block_given && vol != block)
+      vsa_lua_errorf(L, "video_blocks: field 'tile' %dx%dx%d has volume %lld, not the block "
+                     "size %d", tile[0], tile[1], tile[2], vol, block);
+    block = (int)(vol <= VSA_BLOCK_MAX ? vol : 0);
   }
   lua_pop(L, 1);
   int dev = vsa_arg_field_device(L, 1);
@@ -58,7 +92,7 @@ l_video_blocks(lua_State *L)
                              vsa_tensor_data(h), &nblocks) != 0)
     return vsa_lua_raise(L);
   vsa_arg_push_on_device(L, lua_gettop(L), dev);
-  lua_pushnumber(L, (lua_Number)nblocks * VSA_BLOCK);
+  lua_pushnumber(L, (lua_Number)nblocks * block);
   lua_pushinteger(L, nblocks);
   return 3;
 }
@@ -312,14 +346,27 @@ qkv_arg(lua_State *L, int idx, const char *name, attn_dims *d, int is_q,
   return t;
 }
 
+/* The block size of a call, from variable_block_sizes at idx (Skv / its
+ * length, a supported size); checks Sq against it too. Sets d->block. */
+static int
+dims_block(lua_State *L, int idx, attn_dims *d)
+{
+  vsa_tensor *t = vsa_arg_index(L, idx, "variable_block_sizes", 1);
+  d->block = vsa_arg_block_of_vbs(L, d->Skv, t->shape[0]);
+  if (d->Sq % d->block != 0)
+    vsa_lua_errorf(L, "q: sequence length %lld is not a multiple of the block size %d "
+                   "(from variable_block_sizes)", (long long)d->Sq, d->block);
+  return d->block;
+}
+
 static vsa_tensor *
 vbs_arg(lua_State *L, int idx, const attn_dims *d)
 {
   vsa_tensor *t = vsa_arg_index(L, idx, "variable_block_sizes", 1);
-  int64_t want[1] = {d->Skv / VSA_BLOCK};
+  int64_t want[1] = {d->Skv / d->block};
   vsa_arg_shape(L, t, "variable_block_sizes", 1, want);
   vsa_arg_device(L, t, "variable_block_sizes", d->device, "q");
-  /* Read back (nkv ints): a size outside [0, 64] would index out of bounds. */
+  /* Read back (nkv ints): a size outside [0, block] would index out of bounds. */
   vsa_tensor *h = t;
   if (t->device != VSA_CPU) {
     h = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 1, t->shape);
@@ -327,9 +374,9 @@ vbs_arg(lua_State *L, int idx, const attn_dims *d)
   }
   const int32_t *p = vsa_tensor_data(h);
   for (int64_t j = 0; j < want[0]; j++)
-    if (p[j] < 0 || p[j] > VSA_BLOCK)
-      vsa_lua_errorf(L, "variable_block_sizes: entry %d is %d, expected [0, 64]",
-                 (int)j, p[j]);
+    if (p[j] < 0 || p[j] > d->block)
+      vsa_lua_errorf(L, "variable_block_sizes: entry %d is %d, expected [0, %d]",
+                 (int)j, p[j], d->block);
   if (h != t) lua_pop(L, 1);
   return t;
 }
@@ -356,7 +403,7 @@ fill_shape(const attn_dims *d, vsa_shape *s, float sm_scale)
   s->Skv = (int)d->Skv;
   s->D = (int)d->D;
   s->sm_scale = sm_scale;
-  s->block = 0; /* 64: the bindings pass 64-token problems (block 128: see the block axis) */
+  s->block = d->block;
 }
 
 // ----------------------------------------------------------------------------
@@ -364,7 +411,9 @@ fill_shape(const attn_dims *d, vsa_shape *s, float sm_scale)
 
 /* vsalab.forward_ref(q, k, v, q2k_idx, q2k_num, variable_block_sizes
  *   [, {sm_scale=1/sqrt(D)}]) -> o [B,H,Sq,D] bf16, lse [B,H,Sq] f32 (M
- *   format). The lists are validated (by inverting them) before use. */
+ *   format). The block size is Skv / #variable_block_sizes (64 or 128);
+ *   lists are [B,H,Sq/block,width]. The lists are validated (by inverting
+ *   them) before use. */
 static int
 l_forward_ref(lua_State *L)
 {
@@ -379,15 +428,16 @@ l_forward_ref(lua_State *L)
                       (long long)d.Skv);
   vsa_tensor *v = qkv_arg(L, 3, "v", &d, 0, "q");
   vsa_arg_shape(L, v, "v", 4, k->shape);
+  dims_block(L, 6, &d);
   vsa_tensor *idx, *num;
   list_pair(L, 4, 5, "q2k_idx", "q2k_num", &idx, &num);
-  int64_t want[3] = {d.B, d.H, d.Sq / VSA_BLOCK};
+  int64_t want[3] = {d.B, d.H, d.Sq / d.block};
   vsa_arg_shape(L, num, "q2k_num", 3, want);
   vsa_arg_device(L, idx, "q2k_idx", d.device, "q");
   vsa_tensor *vbs = vbs_arg(L, 6, &d);
   float sm = opt_sm_scale(L, 7, &d);
   lua_settop(L, 6);
-  int nq = (int)(d.Sq / VSA_BLOCK), nkv = (int)(d.Skv / VSA_BLOCK);
+  int nq = (int)(d.Sq / d.block), nkv = (int)(d.Skv / d.block);
   /* Validate the lists by inverting them (errors name q2k_idx / q2k_num). */
   int64_t si[4] = {d.B, d.H, nkv, nq}, sn[3] = {d.B, d.H, nkv};
   vsa_tensor *ti = vsa_lua_newtensor(L, VSA_I32, d.device, 4, si);
@@ -463,9 +513,10 @@ backward_args(lua_State *L, bwd_args *a, int check_vbs)
   int64_t sl[3] = {d->B, d->H, d->Sq};
   vsa_arg_shape(L, a->lse, "lse", 3, sl);
   vsa_arg_device(L, a->lse, "lse", d->device, "q");
+  dims_block(L, 9, d);
   list_pair(L, 7, 8, "k2q_idx", "k2q_num", &a->kidx, &a->knum);
-  a->nq = (int)(d->Sq / VSA_BLOCK);
-  a->nkv = (int)(d->Skv / VSA_BLOCK);
+  a->nq = (int)(d->Sq / d->block);
+  a->nkv = (int)(d->Skv / d->block);
   int64_t wantn[3] = {d->B, d->H, a->nkv};
   vsa_arg_shape(L, a->knum, "k2q_num", 3, wantn);
   vsa_arg_device(L, a->kidx, "k2q_idx", d->device, "q");
@@ -577,7 +628,9 @@ out_buffers(lua_State *L, const char *fn, const bwd_args *a, vsa_dtype dt,
  *   first, so an element they miss fails every check.
  * validate: read back the lists' validation flag and vbs and raise on bad
  *   ones (the CPU always does). validate=false on CUDA reads nothing back;
- *   the kernels still never read out of bounds (vbs is clamped to [0, 64]).
+ *   the kernels still never read out of bounds (vbs is clamped to [0, block]).
+ * The block size is Skv / #variable_block_sizes (64 or 128): lists are
+ *   [B,H,Skv/block,*].
  * Scratch (q2k and canonical k2q lists, Delta, the f32 results of a bf16
  * call): with out on CUDA, the shared device scratch (grow-only); otherwise
  * one fresh buffer. So on CUDA a call with out, poison=false and
@@ -921,6 +974,8 @@ native(lua_State *L, native_arch arch)
         vsa_tensor_data(a.knum), (int)a.kidx->shape[3], vsa_tensor_data(a.vbs), ws,
         vsa_tensor_data(outs[0]), vsa_tensor_data(outs[1]), vsa_tensor_data(outs[2]),
         deterministic, q_chunk, sms, vsa_stream());
+  if (e == cudaErrorInvalidValue && s.block != VSA_BLOCK)
+    return vsa_lua_errorf(L, "%s: block size %d is not supported by this kernel", fn, s.block);
   if (e != cudaSuccess)
     vsa_arg_raise_cuda(L, e, arch == NATIVE_SM90A ? "bsa_backward_sm90a"
                              : emulate            ? "bsa_backward_sm100a_emu"
@@ -967,6 +1022,7 @@ l_sm100a_image(lua_State *L)
 }
 
 static const luaL_Reg functions[] = {
+    {"block_sizes", l_block_sizes},
     {"video_blocks", l_video_blocks}, {"random_topk", l_random_topk},
     {"pair_count", l_pair_count}, {"invert_indices", l_invert_indices},
     {"forward_ref", l_forward_ref}, {"backward_ref", l_backward_ref},

@@ -101,7 +101,9 @@ field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
  *   -> {o=, lse=, dq=, dk=, dv=}: f64 CPU tensors (dq, dk include sm_scale).
  * fp64 brute force on the host (src/core/oracle.c). With o/lse given it computes
  * the backward of those (the backward's contract) and returns them as its
- * o/lse (f64 copies); otherwise its own forward. sm_scale in [1e-30, 1e30]. bh (0-based b*H+h), q_blocks and kv_blocks restrict the work to
+ * o/lse (f64 copies); otherwise its own forward. sm_scale in [1e-30, 1e30].
+ * The block size is Skv / #variable_block_sizes (64 or 128); q_blocks and
+ * kv_blocks count blocks of that size. bh (0-based b*H+h), q_blocks and kv_blocks restrict the work to
  * a spot check; rows not produced stay NaN. */
 static int
 l_oracle(lua_State *L)
@@ -130,11 +132,19 @@ l_oracle(lua_State *L)
     if (o) vsa_arg_shape(L, o, "o", 4, q->shape);
     if (lse) vsa_arg_shape(L, lse, "lse", 3, wl);
   }
-  attn_dims d = {q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], VSA_CPU};
-  if (d.Sq % 64 || d.Skv % 64) return vsa_lua_errorf(L, "sequence lengths must be multiples of 64");
+  attn_dims d = {q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], VSA_CPU, 0};
+  if (d.Sq % 64 || d.Skv % 64 || d.Sq < 1 || d.Skv < 1)
+    return vsa_lua_errorf(L, "sequence lengths must be positive multiples of 64");
   vsa_arg_shape(L, dO, "dO", 4, q->shape);
   vsa_arg_shape(L, v, "v", 4, k->shape);
-  int64_t wn[3] = {d.B, d.H, d.Sq / 64}, wv[1] = {d.Skv / 64};
+  if (vbs->ndim != 1)
+    return vsa_lua_errorf(L, "variable_block_sizes: expected a 1-d tensor [Skv/block]");
+  /* The block size: Skv / #variable_block_sizes (bsa.h). */
+  d.block = vsa_arg_block_of_vbs(L, d.Skv, vbs->shape[0]);
+  if (d.Sq % d.block)
+    return vsa_lua_errorf(L, "q: sequence length %lld is not a multiple of the block size %d "
+                          "(from variable_block_sizes)", (long long)d.Sq, d.block);
+  int64_t wn[3] = {d.B, d.H, d.Sq / d.block}, wv[1] = {d.Skv / d.block};
   vsa_arg_shape(L, num, "q2k_num", 3, wn);
   vsa_arg_shape(L, vbs, "variable_block_sizes", 1, wv);
   if (idx->ndim != 4 || idx->shape[0] != d.B || idx->shape[1] != d.H ||
@@ -143,6 +153,7 @@ l_oracle(lua_State *L)
                           (long long)d.B, (long long)d.H, (long long)wn[2]);
   vsa_oracle_args a = {0};
   a.B = (int)d.B; a.H = (int)d.H; a.Sq = (int)d.Sq; a.Skv = (int)d.Skv; a.D = (int)d.D;
+  a.block = d.block;
   a.sm_scale = vsa_arg_num(L, 1, "sm_scale", 1.0 / sqrt((double)d.D));
   /* The kernels' range: beyond it logits overflow even in fp64 and rows
    * come out inf/NaN instead of an error. */

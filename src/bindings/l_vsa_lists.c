@@ -18,11 +18,14 @@
 // shared argument readers
 
 /* Fields 'latent' ({T, H, W}, required when `required`) and 'tile' (default
- * {4, 4, 4}) of the table at idx; returns 0 when latent is absent. */
+ * block's tile in bsa.h's vsa_block_table: {4, 4, 4} at 64, {2, 8, 8} at
+ * 128) of the table at idx; a given tile must have volume block. Returns 0
+ * when latent is absent. */
 static int
-latent_arg(lua_State *L, int idx, const char *fn, int required, vsa_latent *lat)
+latent_arg(lua_State *L, int idx, const char *fn, int required, int block, vsa_latent *lat)
 {
-  int tile[3] = {4, 4, 4}, ext[3];
+  const vsa_block_size_info *bi = vsa_block_info(block);
+  int tile[3] = {bi->tile[0], bi->tile[1], bi->tile[2]}, ext[3];
   const char *names[2] = {"latent", "tile"};
   for (int f = 0; f < 2; f++) {
     lua_getfield(L, idx, names[f]);
@@ -48,10 +51,41 @@ latent_arg(lua_State *L, int idx, const char *fn, int required, vsa_latent *lat)
     lua_pop(L, 1);
   }
   *lat = (vsa_latent){ext[0], ext[1], ext[2], tile[0], tile[1], tile[2]};
+  if ((int64_t)tile[0] * tile[1] * tile[2] != block)
+    return vsa_lua_errorf(L, "%s: field 'tile' %dx%dx%d has volume %lld, not the block size %d",
+                          fn, tile[0], tile[1], tile[2], (long long)tile[0] * tile[1] * tile[2],
+                          block);
   int nb;
   if (vsa_build_video_blocks(lat->T, lat->Hh, lat->W, lat->tT, lat->tH, lat->tW, NULL, &nb) != 0)
     return vsa_lua_errorf(L, "%s: %s", fn, vsa_last_error());
   return nb;
+}
+
+/* The block size of a call: field 'block', else the volume of field 'tile'
+ * when it is a table of 3 numbers, else 64; must be supported. */
+static int
+block_arg(lua_State *L, int idx, const char *fn)
+{
+  int def = VSA_BLOCK;
+  lua_getfield(L, idx, "tile");
+  if (lua_istable(L, -1) && lua_objlen(L, -1) == 3) {
+    long long vol = 1;
+    for (int i = 0; i < 3; i++) {
+      lua_rawgeti(L, -1, i + 1);
+      lua_Number v = lua_tonumber(L, -1);
+      vol *= (v >= 1 && v <= (1 << 20)) ? (long long)v : 0;
+      lua_pop(L, 1);
+    }
+    if (vol > 0 && vol <= (1 << 20)) def = (int)vol;
+  }
+  lua_pop(L, 1);
+  lua_getfield(L, idx, "block");
+  int given = !lua_isnil(L, -1);
+  lua_pop(L, 1);
+  if (!given && !vsa_block_supported(def))
+    return vsa_lua_errorf(L, "%s: field 'tile' has volume %d, not a supported block size (%s)",
+                          fn, def, vsa_block_sizes_text());
+  return vsa_arg_block(L, idx, fn, def);
 }
 
 static int
@@ -76,21 +110,23 @@ host_copy(lua_State *L, vsa_tensor *t)
 // ----------------------------------------------------------------------------
 // bindings
 
-/* vsalab.smooth_latent(x, {latent={T,H,W}, ell=, tile={4,4,4}, threads=})
- *   -> x: bf16 [B, H, S, D] white noise in VSA's tile-major token order,
- *   S = 64 · blocks of the latent, replaced in place by the correlated field
+/* vsalab.smooth_latent(x, {latent={T,H,W}, ell=, block=64, tile=,
+ *   threads=}) -> x: bf16 [B, H, S, D] white noise in VSA's tile-major token
+ *   order, S = block · blocks of the latent (tile: block's default tile,
+ *   {4,4,4} at 64, {2,8,8} at 128), replaced in place by the correlated field
  *   of vsa_smooth_latent (src/core/vsa_lists.h). */
 static int
 l_smooth_latent(lua_State *L)
 {
-  static const char *const keys[] = {"latent", "tile", "ell", "threads", NULL};
+  static const char *const keys[] = {"latent", "tile", "block", "ell", "threads", NULL};
   lua_settop(L, 2);
   lua_pushvalue(L, 1); /* at 3: the caller's tensor, returned (slot 1 gets the pin) */
   vsa_tensor *x = vsa_lua_checkarg(L, 1, "x", VSA_BF16, 4);
   luaL_checktype(L, 2, LUA_TTABLE);
   vsa_arg_check_keys(L, 2, "smooth_latent", keys);
   vsa_latent lat;
-  int nb = latent_arg(L, 2, "smooth_latent", 1, &lat);
+  int block = block_arg(L, 2, "smooth_latent");
+  int nb = latent_arg(L, 2, "smooth_latent", 1, block, &lat);
   lua_getfield(L, 2, "ell");
   if (lua_type(L, -1) != LUA_TNUMBER)
     return vsa_lua_errorf(L, "smooth_latent: field 'ell' (correlation length in latent cells) "
@@ -100,10 +136,10 @@ l_smooth_latent(lua_State *L)
   if (!(ell >= 0 && ell <= 64))
     return vsa_lua_errorf(L, "smooth_latent: field 'ell' must be a number in [0, 64], got %g", ell);
   int threads = threads_arg(L, 2);
-  if (x->shape[2] != (int64_t)nb * VSA_BLOCK)
+  if (x->shape[2] != (int64_t)nb * block)
     return vsa_lua_errorf(L, "x: sequence length %lld does not match latent %dx%dx%d "
-                             "(%d blocks = %d tokens)", (long long)x->shape[2], lat.T,
-                          lat.Hh, lat.W, nb, nb * VSA_BLOCK);
+                             "(%d blocks of %d = %lld tokens)", (long long)x->shape[2], lat.T,
+                          lat.Hh, lat.W, nb, block, (long long)nb * block);
   if (x->shape[0] * x->shape[1] > 65535 || x->shape[3] < 1 || x->shape[3] > 4096)
     return vsa_lua_errorf(L, "x: B*H must be at most 65535 and D in [1, 4096], got shape "
                              "[%lld,%lld,%lld,%lld]", (long long)x->shape[0],
@@ -134,14 +170,17 @@ vbs_field(lua_State *L, int idx, const char *name, int64_t n)
   return vsa_tensor_data(host_copy(L, t));
 }
 
-/* vsalab.vsa_topk{q=, k=, topk= | density=, width=topk, latent={T,H,W}
- *   (tile=) | variable_block_sizes=, q_variable_block_sizes=, threads=}
- *   -> q2k_idx [B,H,nq,width] i32, q2k_num [B,H,nq] i32, topk, on q's
- *   device: FastVideo's selection (vsa_build_vsa_topk in src/core/vsa_lists.h). */
+/* vsalab.vsa_topk{q=, k=, topk= | density=, width=topk, block=64,
+ *   latent={T,H,W} (tile=) | variable_block_sizes=, q_variable_block_sizes=,
+ *   threads=} -> q2k_idx [B,H,nq,width] i32, q2k_num [B,H,nq] i32, topk, on
+ *   q's device: FastVideo's selection (vsa_build_vsa_topk in
+ *   src/core/vsa_lists.h), nq = Sq/block, nkv = Skv/block. block defaults
+ *   to the tile's volume when a tile is given. Rows with an empty (vbs = 0)
+ *   block keep fewer than topk (see vsa_build_vsa_topk). */
 static int
 l_vsa_topk(lua_State *L)
 {
-  static const char *const keys[] = {"q", "k", "topk", "density", "width", "latent", "tile",
+  static const char *const keys[] = {"q", "k", "topk", "density", "width", "latent", "tile", "block",
                                      "variable_block_sizes", "q_variable_block_sizes",
                                      "threads", NULL};
   luaL_checktype(L, 1, LUA_TTABLE);
@@ -159,13 +198,15 @@ l_vsa_topk(lua_State *L)
     int64_t want[4] = {B, H, Skv, D};
     vsa_arg_shape(L, k, "k", 4, want);
   }
-  if (Sq < VSA_BLOCK || Sq % VSA_BLOCK || Skv < VSA_BLOCK || Skv % VSA_BLOCK)
+  int block = block_arg(L, 1, "vsa_topk");
+  if (Sq < block || Sq % block || Skv < block || Skv % block)
     return vsa_lua_errorf(L, "vsa_topk: sequence lengths (q %lld, k %lld) must be positive "
-                             "multiples of 64", (long long)Sq, (long long)Skv);
-  if (B * H > 65535 || D > 4096 || Sq / VSA_BLOCK > (1 << 24) || Skv / VSA_BLOCK > (1 << 24))
+                             "multiples of the block size %d", (long long)Sq, (long long)Skv,
+                          block);
+  if (B * H > 65535 || D > 4096 || Sq / block > (1 << 24) || Skv / block > (1 << 24))
     return vsa_lua_errorf(L, "vsa_topk: B*H must be at most 65535, D at most 4096, blocks at "
                              "most 2^24");
-  int nq = (int)(Sq / VSA_BLOCK), nkv = (int)(Skv / VSA_BLOCK);
+  int nq = (int)(Sq / block), nkv = (int)(Skv / block);
 
   lua_getfield(L, 1, "topk");
   int has_topk = !lua_isnil(L, -1);
@@ -191,7 +232,7 @@ l_vsa_topk(lua_State *L)
 
   /* Block sizes: from the latent, or given, or full blocks. */
   vsa_latent lat;
-  int nb = latent_arg(L, 1, "vsa_topk", 0, &lat);
+  int nb = latent_arg(L, 1, "vsa_topk", 0, block, &lat);
   const int32_t *kv_vbs = vbs_field(L, 1, "variable_block_sizes", nkv);
   if (nb && kv_vbs)
     return vsa_lua_errorf(L, "vsa_topk: give 'latent' or 'variable_block_sizes', not both");
@@ -212,13 +253,13 @@ l_vsa_topk(lua_State *L)
   if (!q_vbs) {
     vsa_tensor *v = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 1, sq);
     int32_t *p = vsa_tensor_data(v);
-    for (int j = 0; j < nq; j++) p[j] = VSA_BLOCK;
+    for (int j = 0; j < nq; j++) p[j] = block;
     q_vbs = p;
   }
   if (!kv_vbs) {
     vsa_tensor *v = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 1, sk);
     int32_t *p = vsa_tensor_data(v);
-    for (int j = 0; j < nkv; j++) p[j] = VSA_BLOCK;
+    for (int j = 0; j < nkv; j++) p[j] = block;
     kv_vbs = p;
   }
 
@@ -229,7 +270,7 @@ l_vsa_topk(lua_State *L)
   int idx_at = lua_gettop(L);
   vsa_tensor *num = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 3, sn);
   int num_at = lua_gettop(L);
-  if (vsa_build_vsa_topk(vsa_tensor_data(hq), vsa_tensor_data(hk), (int)(B * H), nq, nkv,
+  if (vsa_build_vsa_topk(vsa_tensor_data(hq), vsa_tensor_data(hk), (int)(B * H), block, nq, nkv,
                          (int)D, q_vbs, kv_vbs, topk, width, vsa_tensor_data(idx),
                          vsa_tensor_data(num), threads) != 0)
     return vsa_lua_raise(L);

@@ -2,15 +2,17 @@
  * the fp32 reference forward/backward, the fp64 oracle and comparisons.
  *
  * Conventions shared by every function here and by kernels/kernels.h:
- *   block size 64 tokens; nq = Sq/64 q blocks, nkv = Skv/64 kv blocks;
+ *   block size `block` tokens for q and kv blocks alike, one of
+ *   vsa_block_table (64, the default, or 128); nq = Sq/block q blocks,
+ *   nkv = Skv/block kv blocks;
  *   q, o, dO: [B, H, Sq, D]; k, v: [B, H, Skv, D], row-major contiguous;
  *   q2k_idx [B, H, nq, width] i32, q2k_num [B, H, nq] i32: q block i attends
  *     kv blocks q2k_idx[b,h,i,0:q2k_num[b,h,i]]; entries past the count are
  *     never read;
  *   k2q_idx [B, H, nkv, nq] i32, k2q_num [B, H, nkv] i32: the inverse lists,
  *     each in ascending q order, padded with -1;
- *   vbs ("variable_block_sizes") [nkv] i32 in [0, 64]: key token t of kv
- *     block j is valid iff t mod 64 < vbs[j] (shared by all b, h);
+ *   vbs ("variable_block_sizes") [nkv] i32 in [0, block]: key token t of kv
+ *     block j is valid iff t mod block < vbs[j] (shared by all b, h);
  *   lse [B, H, Sq] f32 in Triton's base-2 "M format":
  *     lse = max_c(s·sm_scale·log2 e) + log2(Σ_c exp2(s·sm_scale·log2 e − max))
  *     over the valid keys c of the row; a row with no valid key has o = 0 and
@@ -31,7 +33,30 @@ extern "C" {
 
 #include "tensor.h" /* vsa_dtype */
 
+/* The default block size, and the only one the native kernels take today. */
 #define VSA_BLOCK 64
+/* The largest supported block size (sizes buffers that hold one block). */
+#define VSA_BLOCK_MAX 128
+
+/* The supported block sizes, ascending, each with its default video tile
+ * (t, h, w) of volume `block` (src/core/block_size.c): the one list. The
+ * Lua side reads it through vsalab.block_sizes(); adding 256 is one more
+ * entry there (and VSA_BLOCK_MAX). The first entry is the default. */
+typedef struct {
+  int block;
+  int tile[3];
+} vsa_block_size_info;
+extern const vsa_block_size_info vsa_block_table[];
+extern const int vsa_n_block_sizes;
+/* 1 when block is in vsa_block_table, else 0. */
+int vsa_block_supported(int block);
+/* block's entry, or NULL when it is not supported. */
+const vsa_block_size_info *vsa_block_info(int block);
+/* "64, 128": the supported sizes for error messages (static storage). */
+const char *vsa_block_sizes_text(void);
+/* 0 when block is supported; else -1 with "<what>: block size <b> is not
+ * supported (supported: 64, 128)" recorded by vsa_fail. */
+int vsa_block_check(int block, const char *what);
 #define VSA_LOG2E 1.4426950408889634
 /* lse of a row with no valid key: finite, and large enough that
  * exp2(s·c − lse) underflows to 0 in a backward that forgets to mask. */
@@ -71,7 +96,8 @@ int vsa_build_random_topk(int B, int H, int nq, int nkv, int topk, int width,
                           int32_t *num);
 
 /* variable_block_sizes for a video latent T×Hh×W cut into tT×tH×tW tiles
- * (tile volume must be 64): one block per tile in (t, h, w) row-major order,
+ * (tile volume must be a supported block size; it is the block size): one
+ * block per tile in (t, h, w) row-major order,
  * each block's size the tile's volume clipped to the latent. Returns the
  * block count in *nblocks; vbs may be NULL to query the count only. */
 int vsa_build_video_blocks(int T, int Hh, int W, int tT, int tH, int tW,
@@ -94,7 +120,8 @@ int vsa_invert_cpu(const int32_t *q2k_idx, const int32_t *q2k_num, int BH,
 typedef struct {
   int B, H, Sq, Skv, D;
   float sm_scale;
-  int block; /* tokens per block: 64 or 128 (0 reads as 64) */
+  int block; /* tokens per block: one of vsa_block_table (0 reads as 64 in
+              * the native launchers, which take 64 and 128) */
 } vsa_shape;
 
 int vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q,
@@ -126,6 +153,7 @@ int vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
  */
 typedef struct {
   int B, H, Sq, Skv, D;
+  int block;                         /* tokens per block (vsa_block_table) */
   double sm_scale;
   const double *q, *k, *v, *dO;      /* [B,H,S,D] */
   const double *o_in, *lse_in;       /* optional, [B,H,Sq,D] and [B,H,Sq] */

@@ -46,12 +46,12 @@ dot_bf16(const uint16_t *a, const uint16_t *b, int D)
   return acc;
 }
 
-/* Number of valid key slots of kv block j: vbs clamped to [0, 64]. */
+/* Number of valid key slots of kv block j: vbs clamped to [0, block]. */
 static inline int
-valid_keys(const int32_t *vbs, int j)
+valid_keys(const int32_t *vbs, int j, int block)
 {
   int n = vbs[j];
-  return n < 0 ? 0 : (n > VSA_BLOCK ? VSA_BLOCK : n);
+  return n < 0 ? 0 : (n > block ? block : n);
 }
 
 static int
@@ -60,9 +60,10 @@ check_shape(const vsa_shape *s, const char *fn)
   if (s->B < 1 || s->H < 1 || s->D < 1 || s->Sq < 0 || s->Skv < 0)
     return vsa_fail("%s: bad shape B=%d H=%d Sq=%d Skv=%d D=%d", fn, s->B,
                     s->H, s->Sq, s->Skv, s->D);
-  if (s->Sq % VSA_BLOCK != 0 || s->Skv % VSA_BLOCK != 0)
-    return vsa_fail("%s: Sq=%d and Skv=%d must be multiples of %d", fn, s->Sq,
-                    s->Skv, VSA_BLOCK);
+  VSA_TRY(vsa_block_check(s->block, fn));
+  if (s->Sq % s->block != 0 || s->Skv % s->block != 0)
+    return vsa_fail("%s: Sq=%d and Skv=%d must be multiples of the block size %d", fn, s->Sq,
+                    s->Skv, s->block);
   return 0;
 }
 
@@ -101,13 +102,13 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
 {
   VSA_TRY(check_shape(s, "vsa_forward_ref_cpu"));
   const int H = s->H, D = s->D;
-  const int nq = s->Sq / VSA_BLOCK, nkv = s->Skv / VSA_BLOCK;
+  const int BLK = s->block, nq = s->Sq / BLK, nkv = s->Skv / BLK;
   const int64_t BH = (int64_t)s->B * H;
   VSA_TRY(check_list(q2k_idx, q2k_num, BH * nq, q2k_width, nkv, "q2k"));
 
   const float scale2 = s->sm_scale * (float)VSA_LOG2E;
-  /* Logits of one row: at most width blocks of 64 keys. */
-  size_t cap = (size_t)(q2k_width > 0 ? q2k_width : 1) * VSA_BLOCK;
+  /* Logits of one row: at most width blocks of BLK keys. */
+  size_t cap = (size_t)(q2k_width > 0 ? q2k_width : 1) * BLK;
   float *logit = malloc(cap * sizeof *logit);
   float *acc = malloc((size_t)D * sizeof *acc);
   if (!logit || !acc) {
@@ -129,8 +130,8 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
       const int64_t row = bh * nq + i;
       const int32_t *list = q2k_idx + row * q2k_width;
       const int count = q2k_num[row];
-      for (int t = 0; t < VSA_BLOCK; t++) {
-        const int64_t r = (int64_t)i * VSA_BLOCK + t; /* q row in slice */
+      for (int t = 0; t < BLK; t++) {
+        const int64_t r = (int64_t)i * BLK + t; /* q row in slice */
         const uint16_t *qr = qs + r * D;
         float *orow = o + (bh * s->Sq + r) * D;
 
@@ -138,9 +139,9 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
         int n = 0;
         float m = -INFINITY;
         for (int e = 0; e < count; e++) {
-          const int j = list[e], nv = valid_keys(vbs, j);
+          const int j = list[e], nv = valid_keys(vbs, j, BLK);
           for (int c = 0; c < nv; c++) {
-            const int64_t kr = (int64_t)j * VSA_BLOCK + c;
+            const int64_t kr = (int64_t)j * BLK + c;
             float x = dot_bf16(qr, ks + kr * D, D) * scale2;
             logit[n++] = x;
             m = fmaxf(m, x);
@@ -157,9 +158,9 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
         float l = 0.0f;
         n = 0;
         for (int e = 0; e < count; e++) {
-          const int j = list[e], nv = valid_keys(vbs, j);
+          const int j = list[e], nv = valid_keys(vbs, j, BLK);
           for (int c = 0; c < nv; c++) {
-            const int64_t kr = (int64_t)j * VSA_BLOCK + c;
+            const int64_t kr = (int64_t)j * BLK + c;
             const uint16_t *vr = vs + kr * D;
             float p = exp2f(logit[n++] - m);
             l += p;
@@ -190,7 +191,7 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
 {
   VSA_TRY(check_shape(s, "vsa_backward_ref_cpu"));
   const int H = s->H, D = s->D;
-  const int nq = s->Sq / VSA_BLOCK, nkv = s->Skv / VSA_BLOCK;
+  const int BLK = s->block, nq = s->Sq / BLK, nkv = s->Skv / BLK;
   const int64_t BH = (int64_t)s->B * H;
   VSA_TRY(check_list(q2k_idx, q2k_num, BH * nq, q2k_width, nkv, "q2k"));
   VSA_TRY(check_list(k2q_idx, k2q_num, BH * nkv, k2q_width, nq, "k2q"));
@@ -226,16 +227,16 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
     for (int j = 0; j < nkv; j++) {
       const int64_t row = bh * nkv + j;
       const int32_t *list = k2q_idx + row * k2q_width;
-      const int count = k2q_num[row], nv = valid_keys(vbs, j);
-      for (int c = 0; c < VSA_BLOCK; c++) {
-        const int64_t kr = (int64_t)j * VSA_BLOCK + c;
+      const int count = k2q_num[row], nv = valid_keys(vbs, j, BLK);
+      for (int c = 0; c < BLK; c++) {
+        const int64_t kr = (int64_t)j * BLK + c;
         for (int d = 0; d < D; d++) acc_k[d] = acc_v[d] = 0.0f;
         if (c < nv) {
           const uint16_t *kc = ks + kr * D, *vc = vs + kr * D;
           for (int e = 0; e < count; e++) {
             const int i = list[e];
-            for (int t = 0; t < VSA_BLOCK; t++) {
-              const int64_t r = (int64_t)i * VSA_BLOCK + t;
+            for (int t = 0; t < BLK; t++) {
+              const int64_t r = (int64_t)i * BLK + t;
               const uint16_t *qr = qs + r * D, *dOr = dOs + r * D;
               float p = exp2f(dot_bf16(qr, kc, D) * scale2 - lses[r]);
               float dp = dot_bf16(dOr, vc, D);
@@ -261,14 +262,14 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
       const int64_t row = bh * nq + i;
       const int32_t *list = q2k_idx + row * q2k_width;
       const int count = q2k_num[row];
-      for (int t = 0; t < VSA_BLOCK; t++) {
-        const int64_t r = (int64_t)i * VSA_BLOCK + t;
+      for (int t = 0; t < BLK; t++) {
+        const int64_t r = (int64_t)i * BLK + t;
         const uint16_t *qr = qs + r * D, *dOr = dOs + r * D;
         for (int d = 0; d < D; d++) acc_k[d] = 0.0f;
         for (int e = 0; e < count; e++) {
-          const int j = list[e], nv = valid_keys(vbs, j);
+          const int j = list[e], nv = valid_keys(vbs, j, BLK);
           for (int c = 0; c < nv; c++) {
-            const int64_t kr = (int64_t)j * VSA_BLOCK + c;
+            const int64_t kr = (int64_t)j * BLK + c;
             const uint16_t *kc = ks + kr * D, *vc = vs + kr * D;
             float p = exp2f(dot_bf16(qr, kc, D) * scale2 - lses[r]);
             float ds = p * (dot_bf16(dOr, vc, D) - deltas[r]);

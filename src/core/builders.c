@@ -159,9 +159,11 @@ vsa_build_video_blocks(int T, int Hh, int W, int tT, int tH, int tW,
   if (tT <= 0 || tH <= 0 || tW <= 0)
     return vsa_fail("video_blocks: tile %dx%dx%d must be positive", tT, tH,
                     tW);
-  if ((int64_t)tT * tH * tW != VSA_BLOCK)
-    return vsa_fail("video_blocks: tile %dx%dx%d has volume %lld, not %d", tT,
-                    tH, tW, (long long)tT * tH * tW, VSA_BLOCK);
+  if ((int64_t)tT * tH * tW > VSA_BLOCK_MAX ||
+      !vsa_block_supported(tT * tH * tW))
+    return vsa_fail("video_blocks: tile %dx%dx%d has volume %lld, not a supported "
+                    "block size (%s)", tT, tH, tW, (long long)tT * tH * tW,
+                    vsa_block_sizes_text());
   if (!nblocks) return vsa_fail("video_blocks: nblocks is required");
 
   int64_t nt = (T + tT - 1) / tT, nh = (Hh + tH - 1) / tH,

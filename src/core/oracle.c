@@ -101,11 +101,12 @@ check_args(const vsa_oracle_args *a, int want_bwd)
     return vsa_fail("oracle: give both o_in and lse_in, or neither");
   if (want_bwd && !a->dO)
     return vsa_fail("oracle: dO is required for dq/dk/dv");
-  int nkv = (a->Skv + VSA_BLOCK - 1) / VSA_BLOCK;
+  VSA_TRY(vsa_block_check(a->block, "oracle"));
+  int nkv = (a->Skv + a->block - 1) / a->block;
   for (int j = 0; j < nkv; j++)
-    if (a->vbs[j] < 0 || a->vbs[j] > VSA_BLOCK)
+    if (a->vbs[j] < 0 || a->vbs[j] > a->block)
       return vsa_fail("oracle: vbs[%d] = %d out of range [0, %d]", j,
-                      (int)a->vbs[j], VSA_BLOCK);
+                      (int)a->vbs[j], a->block);
   return 0;
 }
 
@@ -120,12 +121,12 @@ dot(const double *x, const double *y, int D)
   return s;
 }
 
-/* Zero rows [blk*64, min(S, blk*64+64)) of a [S, D] slice. */
+/* Zero rows [blk*block, min(S, (blk+1)*block)) of a [S, D] slice. */
 static void
-zero_block(double *p, int blk, int S, int D)
+zero_block(double *p, int blk, int block, int S, int D)
 {
   if (!p) return;
-  int r0 = blk * VSA_BLOCK, r1 = r0 + VSA_BLOCK < S ? r0 + VSA_BLOCK : S;
+  int r0 = blk * block, r1 = r0 + block < S ? r0 + block : S;
   memset(p + (int64_t)r0 * D, 0, (size_t)(r1 - r0) * D * sizeof *p);
 }
 
@@ -139,8 +140,9 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
   int want_bwd = dq || dk || dv;
   VSA_TRY(check_args(a, want_bwd));
   const int B = a->B, H = a->H, Sq = a->Sq, Skv = a->Skv, D = a->D;
-  const int nq = (Sq + VSA_BLOCK - 1) / VSA_BLOCK;
-  const int nkv = (Skv + VSA_BLOCK - 1) / VSA_BLOCK;
+  const int BLK = a->block;
+  const int nq = (Sq + BLK - 1) / BLK;
+  const int nkv = (Skv + BLK - 1) / BLK;
   const double c = a->sm_scale * VSA_LOG2E;
 
   uint8_t *bh_on = malloc((size_t)B * H);
@@ -174,11 +176,11 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
 
     /* Produced rows start from zero: they are sums. */
     for (int i = 0; i < nq; i++)
-      if (q_on[i]) zero_block(dQ, i, Sq, D);
+      if (q_on[i]) zero_block(dQ, i, BLK, Sq, D);
     for (int j = 0; j < nkv; j++)
       if (kv_on[j]) {
-        zero_block(dK, j, Skv, D);
-        zero_block(dV, j, Skv, D);
+        zero_block(dK, j, BLK, Skv, D);
+        zero_block(dV, j, BLK, Skv, D);
       }
 
     for (int i = 0; i < nq; i++) {
@@ -200,12 +202,12 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
       int nk = 0;
       for (int j = 0; j < nkv; j++) {
         if (!mask[j] || !(all || kv_on[j])) continue;
-        for (int t = 0; t < a->vbs[j] && j * VSA_BLOCK + t < Skv; t++)
-          keys[nk++] = j * VSA_BLOCK + t;
+        for (int t = 0; t < a->vbs[j] && j * BLK + t < Skv; t++)
+          keys[nk++] = j * BLK + t;
       }
 
-      int r1 = (i + 1) * VSA_BLOCK < Sq ? (i + 1) * VSA_BLOCK : Sq;
-      for (int r = i * VSA_BLOCK; r < r1; r++) {
+      int r1 = (i + 1) * BLK < Sq ? (i + 1) * BLK : Sq;
+      for (int r = i * BLK; r < r1; r++) {
         const double *q = Q + (int64_t)r * D;
         for (int t = 0; t < nk; t++)
           x[t] = dot(q, K + (int64_t)keys[t] * D, D) * c;
@@ -241,7 +243,7 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
         double *dqr = dQ && q_on[i] ? dQ + (int64_t)r * D : NULL;
         for (int t = 0; t < nk; t++) {
           int kc = keys[t];
-          int kv_row = kv_on[kc / VSA_BLOCK];
+          int kv_row = kv_on[kc / BLK];
           if (!dqr && !kv_row) continue;
           double p = exp2(x[t] - lse);
           const double *kr = K + (int64_t)kc * D, *vr = V + (int64_t)kc * D;

@@ -117,6 +117,7 @@ latent_tokens(const vsa_latent *l, int *nblocks, int64_t **tok_out)
   int64_t *tok = malloc((size_t)ncell * sizeof *tok);
   if (!tok) return vsa_fail("vsa lists: out of host memory (%lld cells)", (long long)ncell);
   int nh = (l->Hh + l->tH - 1) / l->tH, nw = (l->W + l->tW - 1) / l->tW;
+  const int64_t blk = (int64_t)l->tT * l->tH * l->tW; /* the block size */
   for (int t = 0; t < l->T; t++)
     for (int h = 0; h < l->Hh; h++)
       for (int w = 0; w < l->W; w++) {
@@ -126,7 +127,7 @@ latent_tokens(const vsa_latent *l, int *nblocks, int64_t **tok_out)
         int64_t block = ((int64_t)it * nh + ih) * nw + iw;
         int a = t - it * l->tT, b = h - ih * l->tH, e = w - iw * l->tW;
         tok[((int64_t)t * l->Hh + h) * l->W + w] =
-            block * VSA_BLOCK + ((int64_t)a * eh + b) * ew + e;
+            block * blk + ((int64_t)a * eh + b) * ew + e;
       }
   *tok_out = tok;
   return 0;
@@ -252,7 +253,7 @@ vsa_smooth_latent(uint16_t *x, int BH, int D, const vsa_latent *lat,
   int nblocks;
   int64_t *tok = NULL;
   VSA_TRY(latent_tokens(lat, &nblocks, &tok));
-  smooth_ctx c = {x, D, (int64_t)nblocks * VSA_BLOCK,
+  smooth_ctx c = {x, D, (int64_t)nblocks * lat->tT * lat->tH * lat->tW,
                   (int64_t)lat->T * lat->Hh * lat->W, tok, lat->T, lat->Hh,
                   lat->W, -1, NULL, {NULL, NULL, NULL}};
   float *g = NULL, *norms = NULL;
@@ -289,7 +290,7 @@ vsa_smooth_latent(uint16_t *x, int BH, int D, const vsa_latent *lat,
 
 typedef struct {
   const uint16_t *q, *k;
-  int nq, nkv, D, topk, width;
+  int block, nq, nkv, D, topk, width;
   const int32_t *q_vbs, *kv_vbs;
   int32_t *idx, *num;
 } topk_ctx;
@@ -300,21 +301,29 @@ bf16_round(float f)
   return vsa_bf16_to_f32(vsa_f32_to_bf16(f));
 }
 
-/* Block means of x [nb·64, D] over each block's first vbs tokens, rounded to
- * f32 then bf16, into out [nb, D]; returns -1 - block on a non-finite mean. */
+/* Block means of x [nb·block, D] as FastVideo's fused_block_mean computes
+ * them: each block's valid tokens (its first vbs; FastVideo sums the whole
+ * block, whose padding it keeps at 0) summed to an fp32 value, divided by
+ * vbs in fp32, rounded to bf16, into out [nb, D]. The sum is accumulated in
+ * fp64 (exact for bf16 inputs of one block in any realistic range) and
+ * rounded once to fp32: the value an fp32 sum in any order approximates.
+ * A block with vbs = 0 is marked empty (empty[j] = 1; FastVideo's 0/0 is
+ * NaN, which drops the block from the selection, see topk_slice) and pools
+ * to 0. Returns -1 - block on a non-finite mean of a non-empty block. */
 static int
-pool_blocks(const uint16_t *x, int nb, int D, const int32_t *vbs, float *out,
-            double *acc)
+pool_blocks(const uint16_t *x, int nb, int block, int D, const int32_t *vbs, float *out,
+            unsigned char *empty, double *acc)
 {
   for (int j = 0; j < nb; j++) {
     int n = vbs[j];
+    empty[j] = n == 0;
     for (int d = 0; d < D; d++) acc[d] = 0;
     for (int t = 0; t < n; t++) {
-      const uint16_t *row = x + ((int64_t)j * VSA_BLOCK + t) * D;
+      const uint16_t *row = x + ((int64_t)j * block + t) * D;
       for (int d = 0; d < D; d++) acc[d] += vsa_bf16_to_f32(row[d]);
     }
     for (int d = 0; d < D; d++) {
-      float m = n > 0 ? bf16_round((float)(acc[d] / n)) : 0.f;
+      float m = n > 0 ? bf16_round((float)acc[d] / (float)n) : 0.f;
       if (!isfinite(m)) return -1 - j;
       out[(int64_t)j * D + d] = m;
     }
@@ -368,19 +377,25 @@ topk_slice(void *vctx, int slice, int *detail)
   float *s = malloc((size_t)nkv * sizeof *s);
   uint64_t *key = malloc((size_t)nkv * sizeof *key);
   unsigned char *mark = calloc((size_t)nkv, 1);
+  unsigned char *q_empty = malloc((size_t)nq), *kv_empty = malloc((size_t)nkv);
   double *acc = malloc((size_t)D * sizeof *acc);
   int rc = SLICE_OK;
-  if (!qc || !kc || !kt || !s || !key || !mark || !acc) {
+  if (!qc || !kc || !kt || !s || !key || !mark || !acc || !q_empty || !kv_empty) {
     rc = SLICE_OOM;
     goto done;
   }
-  int e = pool_blocks(c->q + (int64_t)slice * nq * VSA_BLOCK * D, nq, D, c->q_vbs, qc, acc);
+  const int blk = c->block;
+  int e = pool_blocks(c->q + (int64_t)slice * nq * blk * D, nq, blk, D, c->q_vbs, qc, q_empty,
+                      acc);
   if (e) {
     *detail = -1 - e;
     rc = SLICE_NONFINITE_Q;
     goto done;
   }
-  e = pool_blocks(c->k + (int64_t)slice * nkv * VSA_BLOCK * D, nkv, D, c->kv_vbs, kc, acc);
+  e = pool_blocks(c->k + (int64_t)slice * nkv * blk * D, nkv, blk, D, c->kv_vbs, kc, kv_empty,
+                  acc);
+  int n_live = 0; /* kv blocks with a finite (FastVideo: non-NaN) score */
+  for (int j = 0; j < nkv; j++) n_live += !kv_empty[j];
   if (e) {
     *detail = -1 - e;
     rc = SLICE_NONFINITE_K;
@@ -388,12 +403,21 @@ topk_slice(void *vctx, int slice, int *detail)
   }
   for (int j = 0; j < nkv; j++)
     for (int d = 0; d < D; d++) kt[(int64_t)d * nkv + j] = kc[(int64_t)j * D + d];
-  const float root = (float)sqrt((double)D);
+  /* torch divides a CUDA bf16 tensor by a Python scalar as a product with
+   * the fp32 reciprocal of the fp32 scalar (BinaryDivTrueKernel.cu,
+   * div_true_kernel_cuda's CPU-scalar branch); the product is rounded to
+   * bf16. For D = 64 the reciprocal is exact (1/8). */
+  const float inv_root = 1.0f / (float)sqrt((double)D);
   for (int i = 0; i < nq; i++) {
     int32_t *row = c->idx + ((int64_t)slice * nq + i) * c->width;
-    c->num[(int64_t)slice * nq + i] = c->topk;
+    /* FastVideo's rule on NaN scores (a 0-valid block's 0/0 mean): its
+     * fused_topk_mask compares scores against a threshold, and NaN never
+     * compares true, so an empty kv block is never kept (a row keeps
+     * min(topk, live kv blocks)) and an empty q block keeps none. */
+    int keep = q_empty[i] ? 0 : (c->topk < n_live ? c->topk : n_live);
+    c->num[(int64_t)slice * nq + i] = keep;
     for (int x = 0; x < c->width; x++) row[x] = -1;
-    if (c->topk == 0) continue;
+    if (keep == 0) continue;
     /* Each s[j] sums its products in ascending d (f32, exact products of
      * bf16 values), vectorised across j. */
     for (int j = 0; j < nkv; j++) s[j] = 0.f;
@@ -404,12 +428,13 @@ topk_slice(void *vctx, int slice, int *detail)
       for (int j = 0; j < nkv; j++) s[j] += qd * kd[j];
     }
     for (int j = 0; j < nkv; j++) {
-      float sc = bf16_round(bf16_round(s[j]) / root);
+      float sc = bf16_round(bf16_round(s[j]) * inv_root);
       if (sc == 0) sc = 0.f; /* -0 and +0 tie */
-      key[j] = score_key(sc, j);
+      /* An empty kv block sorts below every live one: never kept. */
+      key[j] = kv_empty[j] ? (uint64_t)(0xffffffffu - (uint32_t)j) : score_key(sc, j);
     }
-    select_largest(key, nkv, c->topk);
-    for (int x = 0; x < c->topk; x++) mark[0xffffffffu - (uint32_t)key[x]] = 1;
+    select_largest(key, nkv, keep);
+    for (int x = 0; x < keep; x++) mark[0xffffffffu - (uint32_t)key[x]] = 1;
     int o = 0;
     for (int j = 0; j < nkv; j++)
       if (mark[j]) {
@@ -419,15 +444,17 @@ topk_slice(void *vctx, int slice, int *detail)
   }
 done:
   free(qc); free(kc); free(kt); free(s); free(key); free(mark); free(acc);
+  free(q_empty); free(kv_empty);
   return rc;
 }
 
 int
-vsa_build_vsa_topk(const uint16_t *q, const uint16_t *k, int BH, int nq,
+vsa_build_vsa_topk(const uint16_t *q, const uint16_t *k, int BH, int block, int nq,
                    int nkv, int D, const int32_t *q_vbs,
                    const int32_t *kv_vbs, int topk, int width, int32_t *idx,
                    int32_t *num, int nthreads)
 {
+  VSA_TRY(vsa_block_check(block, "vsa_topk"));
   if (BH < 1 || nq < 1 || nkv < 1 || D < 1)
     return vsa_fail("vsa_topk: B*H %d, nq %d, nkv %d and D %d must be positive", BH, nq,
                     nkv, D);
@@ -436,14 +463,14 @@ vsa_build_vsa_topk(const uint16_t *q, const uint16_t *k, int BH, int nq,
     return vsa_fail("vsa_topk: topk %d must be in [0, min(nkv %d, width %d)]", topk, nkv,
                     width);
   for (int j = 0; j < nkv; j++)
-    if (kv_vbs[j] < 0 || kv_vbs[j] > VSA_BLOCK)
-      return vsa_fail("vsa_topk: variable_block_sizes[%d] is %d, expected [0, 64]", j,
-                      kv_vbs[j]);
+    if (kv_vbs[j] < 0 || kv_vbs[j] > block)
+      return vsa_fail("vsa_topk: variable_block_sizes[%d] is %d, expected [0, %d]", j,
+                      kv_vbs[j], block);
   for (int j = 0; j < nq; j++)
-    if (q_vbs[j] < 0 || q_vbs[j] > VSA_BLOCK)
-      return vsa_fail("vsa_topk: q_variable_block_sizes[%d] is %d, expected [0, 64]", j,
-                      q_vbs[j]);
-  topk_ctx c = {q, k, nq, nkv, D, topk, width, q_vbs, kv_vbs, idx, num};
+    if (q_vbs[j] < 0 || q_vbs[j] > block)
+      return vsa_fail("vsa_topk: q_variable_block_sizes[%d] is %d, expected [0, %d]", j,
+                      q_vbs[j], block);
+  topk_ctx c = {q, k, block, nq, nkv, D, topk, width, q_vbs, kv_vbs, idx, num};
   int es, ed;
   int rc = run_slices(BH, nthreads, topk_slice, &c, &es, &ed);
   switch (rc) {

@@ -3,11 +3,12 @@
  * pair-sharing statistic of a set of lists (src/core/vsa_lists.c).
  *
  * Token layout (VSA's, and vsalab.video_blocks'): the latent T×Hh×W is cut
- * into tT×tH×tW tiles (volume 64); tile (it, ih, iw) is block
+ * into tT×tH×tW tiles whose volume is the block size (64: 4×4×4; 128:
+ * 2×8×8, FastVideo's VSA-128 tiles); tile (it, ih, iw) is block
  * (it·nh + ih)·nw + iw; inside a block the tile's cells, clipped to the
- * latent, come first in (t, h, w) row-major order, then padding up to 64
- * tokens. So block j's valid tokens are its first vbs[j].
- * Tensors here are host arrays: x [BH, S, D] bf16 (uint16_t), S = 64·blocks,
+ * latent, come first in (t, h, w) row-major order, then padding up to the
+ * block size. So block j's valid tokens are its first vbs[j].
+ * Tensors here are host arrays: x [BH, S, D] bf16 (uint16_t), S = block·blocks,
  * row-major; lists [BH, rows, width] i32 as in bsa.h.
  */
 #ifndef VSA_VSA_LISTS_H
@@ -21,7 +22,7 @@ extern "C" {
 
 typedef struct {
   int T, Hh, W;   /* latent extents (cells) */
-  int tT, tH, tW; /* tile extents; tT·tH·tW = 64 */
+  int tT, tH, tW; /* tile extents; tT·tH·tW = the block size */
 } vsa_latent;
 
 /* Threads the host loops use (one (b, h) slice at a time each): the online
@@ -48,21 +49,29 @@ int vsa_lists_default_threads(void);
 int vsa_smooth_latent(uint16_t *x, int BH, int D, const vsa_latent *lat,
                       double ell, int nthreads);
 
-/* FastVideo's VSA selection: per (b, h), the mean of each block's valid
- * tokens (q blocks: q_vbs, kv blocks: kv_vbs; fp64 sum / vbs, rounded to f32
- * then bf16, as FastVideo's fused_block_mean writes bf16; a block with
- * vbs = 0 pools to 0), scores s[i][j] = bf16(bf16(Σ_d qc[i][d]·kc[j][d]) /
- * f32(sqrt(D))) (the f32 dot summed in ascending d from 0, then rounded as
- * torch.matmul of bf16 tensors and the division by sqrt(D) round it), and
- * for each q block i the topk kv blocks of largest score, ties to the lower
- * kv index (FastVideo's fused_topk_mask rule). Rows list their blocks in
- * ascending kv order (the order of FastVideo's mask), padded with -1 to
- * width; num = topk.
- * q [BH, 64·nq, D], k [BH, 64·nkv, D] bf16; q_vbs [nq], kv_vbs [nkv] in
- * [0, 64]; idx [BH, nq, width], num [BH, nq]. Errors: shapes, topk outside
- * [0, min(nkv, width)], a vbs outside [0, 64], a non-finite pooled value
- * (named by tensor, (b·H + h) slice and block), host OOM. */
-int vsa_build_vsa_topk(const uint16_t *q, const uint16_t *k, int BH, int nq,
+/* FastVideo's VSA selection (fastvideo-kernel ops.video_sparse_attn:
+ * fused_block_mean, then scores, then fused_topk_mask), per (b, h):
+ *   1. pooled means: each block's valid tokens (q blocks: q_vbs, kv blocks:
+ *      kv_vbs) summed in fp32 (here: fp64, rounded once to fp32), divided
+ *      by vbs in fp32, rounded to bf16;
+ *   2. scores s[i][j] = bf16(bf16(Σ_d q̄[i][d]·k̄[j][d]) · f32(1/f32(√D)))
+ *      (the dot in f32 in ascending d, rounded to bf16 as torch.matmul of
+ *      bf16 tensors; torch's division of a CUDA tensor by a scalar
+ *      multiplies by the fp32 reciprocal);
+ *   3. each q block i keeps its topk kv blocks of largest score, ties to
+ *      the lower kv index (fused_topk_mask's rule).
+ * A block with vbs = 0: FastVideo's mean is 0/0 = NaN and NaN scores never
+ * pass fused_topk_mask's comparisons, so an empty kv block is never kept
+ * (rows keep min(topk, kv blocks with vbs > 0)) and an empty q block keeps
+ * none (num = 0). FastVideo's own tilings never make such blocks.
+ * Rows list their blocks in ascending kv order (the order of FastVideo's
+ * mask), padded with -1 to width.
+ * q [BH, block·nq, D], k [BH, block·nkv, D] bf16; q_vbs [nq], kv_vbs [nkv]
+ * in [0, block]; idx [BH, nq, width], num [BH, nq]. Errors: an unsupported
+ * block size, shapes, topk outside [0, min(nkv, width)], a vbs outside
+ * [0, block], a non-finite pooled value (named by tensor, (b·H + h) slice
+ * and block), host OOM. */
+int vsa_build_vsa_topk(const uint16_t *q, const uint16_t *k, int BH, int block, int nq,
                        int nkv, int D, const int32_t *q_vbs,
                        const int32_t *kv_vbs, int topk, int width,
                        int32_t *idx, int32_t *num, int nthreads);

@@ -27,7 +27,7 @@
 #include <sqlite3.h>
 
 /* The schema version this build creates and understands. */
-#define VSA_DB_SCHEMA_VERSION 3
+#define VSA_DB_SCHEMA_VERSION 4
 
 /* An integer field holding this is stored as NULL (unknown). */
 #define VSA_DB_NULL INT64_MIN

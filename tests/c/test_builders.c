@@ -16,6 +16,8 @@
 
 #include "bsa.h"
 #include "check.h"
+#include "tensor.h"
+#include "vsa_lists.h"
 
 static int passed, failed;
 
@@ -251,6 +253,101 @@ test_topk_misc(void)
         "topk < 0 rejected: \"%s\"", vsa_last_error());
 }
 
+// ----------------------------------------------------------------------------
+// Block 128
+
+static void
+test_video_128(void)
+{
+  /* Wan 720P's latent 21x45x80 in FastVideo's 128-token tiles 2x8x8:
+   * t tiles 10 of 2 and one of 1, h 5 of 8 and one of 5, w 10 of 8. */
+  int n = 0;
+  CHECK(vsa_build_video_blocks(21, 45, 80, 2, 8, 8, NULL, &n) == 0 && n == 11 * 6 * 10,
+        "21x45x80 in 2x8x8 tiles: 660 blocks (got %d)", n);
+  int32_t *vbs = malloc(660 * sizeof *vbs);
+  vsa_build_video_blocks(21, 45, 80, 2, 8, 8, vbs, &n);
+  long long sum = 0;
+  for (int j = 0; j < n; j++) sum += vbs[j];
+  int last = (10 * 6 + 5) * 10 + 9, edge_h = (0 * 6 + 5) * 10 + 0, edge_t = (10 * 6 + 0) * 10;
+  CHECK(sum == 21 * 45 * 80 && vbs[0] == 128 && vbs[edge_h] == 80 && vbs[edge_t] == 64 &&
+            vbs[last] == 40,
+        "  sizes sum to 75600; full 128, h edge 2*5*8 = 80, t edge 1*8*8 = 64, corner 40 "
+        "(got %d %d %d %d)", vbs[0], vbs[edge_h], vbs[edge_t], vbs[last]);
+  free(vbs);
+  CHECK(vsa_build_video_blocks(4, 8, 8, 2, 4, 8, NULL, &n) == 0 && n == 4,
+        "tile 2x4x8 (volume 64) and 2x8x8 (volume 128) both build");
+  CHECK(vsa_build_video_blocks(4, 8, 8, 2, 8, 6, NULL, &n) == -1 &&
+            strstr(vsa_last_error(), "64, 128"),
+        "tile volume 96 rejected naming the supported sizes: \"%s\"", vsa_last_error());
+}
+
+/* FastVideo's selection on a case computed by hand, at block blk, D = 4
+ * (1/sqrt(D) = 0.5 exactly). Pooled means (padding past vbs holds 100, so
+ * summing it would show):
+ *   q0 (vbs blk): tokens alternate (2,0,0,0) and 0      -> (1, 0, 0, 0)
+ *   q1 (vbs 3):   (3,3,0,0), 0, (0,3,0,0)               -> (1, 2, 0, 0)
+ *   q2 (vbs 0):   empty: keeps nothing
+ *   k0 (vbs blk): all (0,1,0,0)                         -> (0, 1, 0, 0)
+ *   k1 (vbs 3):   all (1,0,0,0)                         -> (1, 0, 0, 0)
+ *   k2 (vbs 0):   empty: never kept
+ *   k3 (vbs blk): all (1,0,0,0)                         -> (1, 0, 0, 0)
+ * Scores q0: k0 0, k1 0.5, k3 0.5; q1: k0 1, k1 0.5, k3 0.5. Ties go to
+ * the lower kv index. */
+static void
+test_vsa_topk_by_hand(int blk)
+{
+  const int D = 4, nq = 3, nkv = 4;
+  uint16_t *q = malloc((size_t)nq * blk * D * 2), *k = malloc((size_t)nkv * blk * D * 2);
+  const uint16_t pad = vsa_f32_to_bf16(100.f);
+  for (int x = 0; x < nq * blk * D; x++) q[x] = pad;
+  for (int x = 0; x < nkv * blk * D; x++) k[x] = pad;
+#define SET(a, blkid, t, d, v) a[((size_t)(blkid) * blk + (t)) * D + (d)] = vsa_f32_to_bf16(v)
+  for (int t = 0; t < blk; t++)
+    for (int d = 0; d < D; d++) {
+      SET(q, 0, t, d, d == 0 && t % 2 == 0 ? 2.f : 0.f);
+      SET(k, 0, t, d, d == 1 ? 1.f : 0.f);
+      SET(k, 3, t, d, d == 0 ? 1.f : 0.f);
+      if (t < 3) SET(k, 1, t, d, d == 0 ? 1.f : 0.f);
+      if (t < 3) SET(q, 1, t, d, 0.f);
+    }
+  SET(q, 1, 0, 0, 3.f);
+  SET(q, 1, 0, 1, 3.f);
+  SET(q, 1, 2, 1, 3.f);
+#undef SET
+  const int32_t q_vbs[3] = {blk, 3, 0}, kv_vbs[4] = {blk, 3, 0, blk};
+  struct { int topk; int32_t rows[3][4]; int32_t num[3]; } want[] = {
+      {1, {{1, -1, -1, -1}, {0, -1, -1, -1}, {-1, -1, -1, -1}}, {1, 1, 0}},
+      {2, {{1, 3, -1, -1}, {0, 1, -1, -1}, {-1, -1, -1, -1}}, {2, 2, 0}},
+      {4, {{0, 1, 3, -1}, {0, 1, 3, -1}, {-1, -1, -1, -1}}, {3, 3, 0}},
+  };
+  for (int c = 0; c < 3; c++) {
+    int32_t idx[3 * 4], num[3];
+    for (int x = 0; x < 12; x++) idx[x] = 77; /* poison */
+    num[0] = num[1] = num[2] = 77;
+    int rc = vsa_build_vsa_topk(q, k, 1, blk, nq, nkv, D, q_vbs, kv_vbs, want[c].topk, 4, idx,
+                                num, 1);
+    int ok = rc == 0;
+    for (int i = 0; i < 3; i++) {
+      ok &= num[i] == want[c].num[i];
+      for (int x = 0; x < 4; x++) ok &= idx[i * 4 + x] == want[c].rows[i][x];
+    }
+    CHECK(ok, "block %d, topk %d: rows {%d %d %d} {%d %d %d} {} as computed by hand "
+              "(got num %d %d %d, rows %d %d %d | %d %d %d)", blk, want[c].topk,
+          want[c].rows[0][0], want[c].rows[0][1], want[c].rows[0][2], want[c].rows[1][0],
+          want[c].rows[1][1], want[c].rows[1][2], num[0], num[1], num[2], idx[0], idx[1],
+          idx[2], idx[4], idx[5], idx[6]);
+  }
+  int32_t idx[12], num[3];
+  CHECK(vsa_build_vsa_topk(q, k, 1, 96, 2, 2, D, q_vbs, kv_vbs, 1, 4, idx, num, 1) == -1 &&
+            strstr(vsa_last_error(), "64, 128"),
+        "vsa_topk: block 96 rejected: \"%s\"", vsa_last_error());
+  int32_t big[4] = {blk + 1, 3, 0, blk};
+  CHECK(vsa_build_vsa_topk(q, k, 1, blk, nq, nkv, D, q_vbs, big, 1, 4, idx, num, 1) == -1,
+        "vsa_topk: a vbs past the block (%d) rejected: \"%s\"", blk + 1, vsa_last_error());
+  free(q);
+  free(k);
+}
+
 int
 main(void)
 {
@@ -269,6 +366,9 @@ main(void)
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
     test_topk(&shapes[s], 0x5eed0000u + s);
   test_topk_misc();
+  test_video_128();
+  test_vsa_topk_by_hand(64);
+  test_vsa_topk_by_hand(128);
 
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;

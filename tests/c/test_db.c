@@ -36,6 +36,7 @@
 static char schema_text[256 * 1024];
 static char upgrade2_text[64 * 1024];
 static char upgrade3_text[64 * 1024];
+static char upgrade4_text[64 * 1024];
 
 const vsa_embedded_file vsa_embedded[] = {
   {"schema", "sql", "@db/schema.sql", sizeof schema_text, schema_text},
@@ -43,6 +44,8 @@ const vsa_embedded_file vsa_embedded[] = {
    sizeof upgrade2_text, upgrade2_text},
   {"upgrade_0003", "sql", "@db/upgrades/0003_multi.sql",
    sizeof upgrade3_text, upgrade3_text},
+  {"upgrade_0004", "sql", "@db/upgrades/0004_block.sql",
+   sizeof upgrade4_text, upgrade4_text},
   {NULL, NULL, NULL, 0, NULL},
 };
 
@@ -69,16 +72,19 @@ load_file(const char *path, char *schema_text, size_t cap)
 static int
 load_schema(const char *path)
 {
-  char up2[4096], up3[4096];
+  char up2[4096], up3[4096], up4[4096];
   const char *slash = strrchr(path, '/');
   int dir = slash ? (int)(slash - path) : 0;
   snprintf(up2, sizeof up2, "%.*s%supgrades/0002_measurement.sql", dir, path,
            slash ? "/" : "");
   snprintf(up3, sizeof up3, "%.*s%supgrades/0003_multi.sql", dir, path,
            slash ? "/" : "");
+  snprintf(up4, sizeof up4, "%.*s%supgrades/0004_block.sql", dir, path,
+           slash ? "/" : "");
   if (load_file(path, schema_text, sizeof schema_text)) return -1;
   if (load_file(up2, upgrade2_text, sizeof upgrade2_text)) return -1;
-  return load_file(up3, upgrade3_text, sizeof upgrade3_text);
+  if (load_file(up3, upgrade3_text, sizeof upgrade3_text)) return -1;
+  return load_file(up4, upgrade4_text, sizeof upgrade4_text);
 }
 
 // ----------------------------------------------------------------------------
@@ -453,7 +459,9 @@ test_refusals(void)
     e1 |= sqlite3_exec(h1, "PRAGMA user_version = 1;"
                        "INSERT INTO run (script) VALUES ('old');"
                        "INSERT INTO result (run_id, experiment, kernel, ms_median)"
-                       " VALUES (1, 'e', 'k', 1.5);", NULL, NULL, NULL);
+                       " VALUES (1, 'e', 'k', 1.5);"
+                       "INSERT INTO result (run_id, experiment, kernel, ms_median, block)"
+                       " VALUES (1, 'e', 'k', 2.5, 128);", NULL, NULL, NULL);
     sqlite3_close(h1);
     check(e1 == 0, "a version-1 database made by hand", "%d", e1);
     vsa_db *u = NULL;
@@ -465,15 +473,20 @@ test_refusals(void)
                          "SELECT (SELECT user_version FROM pragma_user_version),"
                          " (SELECT count(*) FROM result WHERE ms_median = 1.5 AND ms_p20 IS NULL"
                          "  AND gpu_uuid IS NULL),"
-                         " (SELECT count(*) FROM run WHERE length(uid) = 32 AND sweep_id IS NULL)",
+                         " (SELECT count(*) FROM run WHERE length(uid) = 32 AND sweep_id IS NULL),"
+                         " (SELECT count(*) FROM result WHERE ms_median = 1.5 AND block = 64),"
+                         " (SELECT count(*) FROM result WHERE ms_median = 2.5 AND block = 128)",
                          -1, &q, NULL);
       int ok = q && sqlite3_step(q) == SQLITE_ROW &&
                sqlite3_column_int(q, 0) == VSA_DB_SCHEMA_VERSION &&
                sqlite3_column_int(q, 1) == 1 && sqlite3_column_int(q, 2) == 1;
+      int block_ok = q && sqlite3_column_int(q, 3) == 1 && sqlite3_column_int(q, 4) == 1;
       sqlite3_finalize(q);
       check(ok, "upgrade to the latest version keeps the old rows, adds the new columns"
             " and gives old runs a uid", "%s",
             sqlite3_errmsg(vsa_db_handle(u)));
+      check(block_ok, "an old row without a block size reads block 64 (schema 4); "
+            "a row with block 128 keeps it", NULL);
       int64_t rid = 0;
       check(vsa_db_run_begin(u, &(vsa_run_info){.script = "new", .seed = VSA_DB_NULL,
                                                  .pid = VSA_DB_NULL, .sm_count = VSA_DB_NULL,

@@ -55,13 +55,16 @@ dalloc(int64_t n, double fill)
   return p;
 }
 
+/* The block size setup() gives a problem (tests at 128 set it). */
+static int g_block = 64;
+
 static void
 setup(problem *p, int B, int H, int Sq, int Skv, int D, double sm_scale,
       int width)
 {
   memset(p, 0, sizeof *p);
-  p->nq = (Sq + 63) / 64;
-  p->nkv = (Skv + 63) / 64;
+  p->nq = (Sq + g_block - 1) / g_block;
+  p->nkv = (Skv + g_block - 1) / g_block;
   p->nqe = (int64_t)B * H * Sq * D;
   p->nke = (int64_t)B * H * Skv * D;
   p->q = dalloc(p->nqe, 0);
@@ -75,7 +78,7 @@ setup(problem *p, int B, int H, int Sq, int Skv, int D, double sm_scale,
   p->idx = malloc((size_t)B * H * p->nq * (width ? width : 1) * 4);
   p->num = calloc((size_t)B * H * p->nq, 4);
   p->vbs = malloc((size_t)p->nkv * 4);
-  for (int j = 0; j < p->nkv; j++) p->vbs[j] = 64;
+  for (int j = 0; j < p->nkv; j++) p->vbs[j] = g_block;
   for (int64_t t = 0; t < (int64_t)B * H * p->nq * width; t++) p->idx[t] = -1;
   vsa_oracle_args *a = &p->a;
   a->B = B;
@@ -83,6 +86,7 @@ setup(problem *p, int B, int H, int Sq, int Skv, int D, double sm_scale,
   a->Sq = Sq;
   a->Skv = Skv;
   a->D = D;
+  a->block = g_block;
   a->sm_scale = sm_scale;
   a->q = p->q;
   a->k = p->k;
@@ -289,14 +293,18 @@ loss(problem *p, double *o)
   return L;
 }
 
+/* At block size blk (64 or 128). */
 static void
-test_finite_differences(void)
+test_finite_differences(int blk)
 {
   problem p;
-  /* Sq != Skv, partial vbs, an empty kv block, empty rows. */
-  setup(&p, 2, 2, 5 * 64, 7 * 64, 6, 0.7, 5);
+  g_block = blk;
+  /* Sq != Skv, partial vbs (at 128, one past the first 64 tokens), an
+   * empty kv block, empty rows. */
+  setup(&p, 2, 2, 5 * blk, 7 * blk, 6, 0.7, 5);
+  g_block = 64;
   random_lists(&p);
-  int32_t vbs[7] = {64, 10, 0, 64, 33, 1, 64};
+  int32_t vbs[7] = {blk, 10, 0, blk, blk == 64 ? 33 : 97, 1, blk};
   memcpy(p.vbs, vbs, sizeof vbs);
   double *o = dalloc(p.nqe, 0);
   double *dq = dalloc(p.nqe, NAN), *dk = dalloc(p.nke, NAN),
@@ -323,27 +331,27 @@ test_finite_differences(void)
       checked++;
     }
   CHECK(rc == 0 && worst < 1e-6,
-        "dq, dk, dv match central differences of sum(dO*o) at %d elements "
-        "(worst rel err %.2e)", checked, worst);
+        "block %d: dq, dk, dv match central differences of sum(dO*o) at %d elements "
+        "(worst rel err %.2e)", blk, checked, worst);
 
   /* Exact zeros: kv slots at or past vbs, the vbs = 0 block. */
   int zeros = 1;
   for (int bh = 0; bh < 4; bh++)
-    for (int c = 0; c < 7 * 64; c++)
-      if (c % 64 >= vbs[c / 64])
+    for (int c = 0; c < 7 * blk; c++)
+      if (c % blk >= vbs[c / blk])
         for (int d = 0; d < 6; d++) {
-          int64_t t = ((int64_t)bh * 7 * 64 + c) * 6 + d;
+          int64_t t = ((int64_t)bh * 7 * blk + c) * 6 + d;
           zeros &= dk[t] == 0 && dv[t] == 0;
         }
-  CHECK(zeros, "dk/dv exactly 0 at kv slots >= vbs and in the vbs = 0 block");
+  CHECK(zeros, "block %d: dk/dv exactly 0 at kv slots >= vbs and in the vbs = 0 block", blk);
   int empty_ok = 1, nempty = 0;
   for (int r = 0; r < 4 * 5; r++)
     if (p.num[r] == 0) {
       nempty++;
-      empty_ok &= all_equal(dq + (int64_t)r * 64 * 6, 0, 64 * 6);
+      empty_ok &= all_equal(dq + (int64_t)r * blk * 6, 0, blk * 6);
     }
-  CHECK(nempty > 0 && empty_ok, "dq exactly 0 on %d q blocks with count 0",
-        nempty);
+  CHECK(nempty > 0 && empty_ok, "block %d: dq exactly 0 on %d q blocks with count 0",
+        blk, nempty);
 
   /* Garbage past the counts changes nothing. */
   double *dq2 = dalloc(p.nqe, NAN), *dk2 = dalloc(p.nke, NAN),
@@ -354,7 +362,7 @@ test_finite_differences(void)
   rc = vsa_oracle(&p.a, NULL, NULL, dq2, dk2, dv2);
   CHECK(rc == 0 && !memcmp(dq, dq2, p.nqe * 8) &&
             !memcmp(dk, dk2, p.nke * 8) && !memcmp(dv, dv2, p.nke * 8),
-        "list tails (INT32_MAX, repeats) are never read");
+        "block %d: list tails (INT32_MAX, repeats) are never read", blk);
   free(dq2);
   free(dk2);
   free(dv2);
@@ -362,6 +370,31 @@ test_finite_differences(void)
   free(dq);
   free(dk);
   free(dv);
+  teardown(&p);
+}
+
+/* A block size off the list, or a vbs entry past the block, is an error
+ * naming what is supported, before any output is written. */
+static void
+test_block_errors(void)
+{
+  problem p;
+  setup(&p, 1, 1, 256, 256, 4, 0.5, 2);
+  double *o = dalloc(p.nqe, 7);
+  p.a.block = 96;
+  int rc = vsa_oracle(&p.a, o, NULL, NULL, NULL, NULL);
+  CHECK(rc == -1 && strstr(vsa_last_error(), "block size 96") &&
+            strstr(vsa_last_error(), "64, 128") && o[0] == 7,
+        "block 96 is refused naming the supported sizes: %s", vsa_last_error());
+  p.a.block = 128;
+  p.vbs[1] = 129;
+  rc = vsa_oracle(&p.a, o, NULL, NULL, NULL, NULL);
+  CHECK(rc == -1 && strstr(vsa_last_error(), "[0, 128]"),
+        "block 128: vbs 129 is out of range: %s", vsa_last_error());
+  p.vbs[1] = 128;
+  rc = vsa_oracle(&p.a, o, NULL, NULL, NULL, NULL);
+  CHECK(rc == 0, "block 128: 256 tokens are 2 blocks, vbs 128 is valid");
+  free(o);
   teardown(&p);
 }
 
@@ -555,7 +588,9 @@ main(void)
   test_single_key();
   test_two_keys();
   test_dense();
-  test_finite_differences();
+  test_finite_differences(64);
+  test_finite_differences(128);
+  test_block_errors();
   test_given_forward_and_subsets();
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;

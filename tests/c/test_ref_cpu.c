@@ -147,6 +147,7 @@ typedef struct {
   uint64_t seed;
   const int32_t *vbs;
   int special; /* 1: plant the empty rows / head / unselected block */
+  int block;   /* tokens per block: 64 or 128 */
 } config;
 
 typedef struct {
@@ -322,9 +323,9 @@ build_mask(const problem *p, int64_t bh, unsigned char *mask)
     const int32_t *row = p->q2k_idx + (bh * p->nq + i) * p->qw;
     for (int e = 0; e < p->q2k_num[bh * p->nq + i]; e++) {
       const int j = row[e];
-      for (int t = 0; t < VSA_BLOCK; t++)
-        for (int c = 0; c < p->vbs[j] && c < VSA_BLOCK; c++)
-          mask[(int64_t)(i * VSA_BLOCK + t) * Skv + j * VSA_BLOCK + c] = 1;
+      for (int t = 0; t < p->s.block; t++)
+        for (int c = 0; c < p->vbs[j] && c < p->s.block; c++)
+          mask[(int64_t)(i * p->s.block + t) * Skv + j * p->s.block + c] = 1;
     }
   }
 }
@@ -397,10 +398,11 @@ run_config(const config *cfg)
   problem p;
   memset(&p, 0, sizeof p);
   rng_state = cfg->seed;
+  const int BLK = cfg->block;
   p.s = (vsa_shape){cfg->B, cfg->H, cfg->Sq, cfg->Skv, cfg->D,
-                    (float)(1.0 / sqrt((double)cfg->D))};
-  p.nq = cfg->Sq / VSA_BLOCK;
-  p.nkv = cfg->Skv / VSA_BLOCK;
+                    (float)(1.0 / sqrt((double)cfg->D)), BLK};
+  p.nq = cfg->Sq / BLK;
+  p.nkv = cfg->Skv / BLK;
   p.qw = p.nkv + 3;
   p.kw = p.nq + 2;
   const int64_t BH = (int64_t)cfg->B * cfg->H, D = cfg->D;
@@ -517,11 +519,11 @@ run_config(const config *cfg)
     /* The planted unselected block (kv block 3 of (b0, h0)) and the planted
      * empty block (kv block 1, vbs = 0) are exactly 0 in every slot. */
     int ok = 1;
-    for (int64_t x = 3 * VSA_BLOCK * D; x < 4 * VSA_BLOCK * D; x++)
+    for (int64_t x = 3 * BLK * D; x < 4 * BLK * D; x++)
       ok &= r.dk[x] == 0.0f && r.dv[x] == 0.0f;
     for (int64_t bh = 0; bh < BH; bh++)
-      for (int64_t x = (bh * cfg->Skv + VSA_BLOCK) * D;
-           x < (bh * cfg->Skv + 2 * VSA_BLOCK) * D; x++)
+      for (int64_t x = (bh * cfg->Skv + BLK) * D;
+           x < (bh * cfg->Skv + 2 * BLK) * D; x++)
         ok &= r.dk[x] == 0.0f && r.dv[x] == 0.0f;
     check(ok, nm, "unselected and vbs=0 blocks: dk = dv = 0", "");
   }
@@ -552,9 +554,9 @@ run_config(const config *cfg)
   static const uint16_t junk[] = {0x7fc0u, 0x7f80u, 0xff80u, 0x4780u, 0x0000u};
   for (int64_t bh = 0; bh < BH; bh++)
     for (int j = 0; j < p.nkv; j++)
-      for (int t = p.vbs[j] < 0 ? 0 : p.vbs[j]; t < VSA_BLOCK; t++)
+      for (int t = p.vbs[j] < 0 ? 0 : p.vbs[j]; t < BLK; t++)
         for (int d = 0; d < D; d++) {
-          int64_t x = (bh * cfg->Skv + (int64_t)j * VSA_BLOCK + t) * D + d;
+          int64_t x = (bh * cfg->Skv + (int64_t)j * BLK + t) * D + d;
           p.k[x] = junk[rng_int(5)];
           p.v[x] = junk[rng_int(5)];
         }
@@ -605,21 +607,36 @@ main(void)
   static const int32_t vbs_a[] = {64, 0, 32, 64, 17};
   static const int32_t vbs_b[] = {32, 64};
   static const int32_t vbs_c[] = {64, 5, 64};
+  /* Block 128: full, empty, 100 valid (past the first 64 tokens), full
+   * (unselected in (b0, h0)), 64 valid (exactly the first half), 1 valid. */
+  static const int32_t vbs_d[] = {128, 0, 100, 128, 64, 1};
+  static const int32_t vbs_e[] = {77, 128};
   const config cfgs[] = {
-      {"cfg1", 2, 2, 256, 320, 64, 0x5eed0001ull, vbs_a, 1},
-      {"cfg2", 1, 3, 192, 128, 128, 0x5eed0002ull, vbs_b, 0},
-      {"cfg3", 2, 1, 128, 192, 48, 0x5eed0003ull, vbs_c, 0},
+      {"cfg1", 2, 2, 256, 320, 64, 0x5eed0001ull, vbs_a, 1, 64},
+      {"cfg2", 1, 3, 192, 128, 128, 0x5eed0002ull, vbs_b, 0, 64},
+      {"cfg3", 2, 1, 128, 192, 48, 0x5eed0003ull, vbs_c, 0, 64},
+      {"blk128-a", 2, 2, 512, 768, 64, 0x5eed0004ull, vbs_d, 1, 128},
+      {"blk128-b", 1, 2, 384, 256, 128, 0x5eed0005ull, vbs_e, 0, 128},
   };
   for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
     run_config(&cfgs[c]);
 
   /* Shape errors are reported, not crashed on. */
-  vsa_shape bad = {1, 1, 100, 64, 64, 0.125f};
+  vsa_shape bad = {1, 1, 100, 64, 64, 0.125f, 64};
   int rc = vsa_forward_ref_cpu(&bad, NULL, NULL, NULL, NULL, NULL, 0, NULL,
                                NULL, NULL);
   char detail[160];
   snprintf(detail, sizeof detail, "rc=%d: %s", rc, vsa_last_error());
   check(rc == -1, "shape", "Sq not a multiple of 64 rejected", detail);
+  vsa_shape odd = {1, 1, 192, 192, 64, 0.125f, 96};
+  rc = vsa_forward_ref_cpu(&odd, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL);
+  snprintf(detail, sizeof detail, "rc=%d: %s", rc, vsa_last_error());
+  check(rc == -1 && strstr(vsa_last_error(), "64, 128") != NULL, "shape",
+        "block 96 rejected naming the supported sizes", detail);
+  vsa_shape half = {1, 1, 192, 256, 64, 0.125f, 128};
+  rc = vsa_forward_ref_cpu(&half, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL);
+  snprintf(detail, sizeof detail, "rc=%d: %s", rc, vsa_last_error());
+  check(rc == -1, "shape", "block 128: Sq = 192 (1.5 blocks) rejected", detail);
 
   printf("%d passed, %d failed\n", n_pass, n_fail);
   return n_fail != 0;

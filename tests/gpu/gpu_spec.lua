@@ -109,3 +109,54 @@ describe("#gpu reference", function()
     assert.truthy(e:find("out[3] (dv): on cpu, but q is on cuda:0", 1, true), e)
   end)
 end)
+
+describe("#gpu reference at block 128", function()
+  -- The GPU reference works on 64-token tiles, two per 128-token block
+  -- (kernels/portable/bsa_ref.cu): vbs past the first tile, exactly at its
+  -- end, inside it and 0 all cross that boundary. Against the CPU reference
+  -- (fp32, the same inputs) and the fp64 oracle, with ragged random lists.
+  it("matches the CPU reference and the fp64 oracle, vbs across the tile boundary", function()
+    local seed = H.seed()
+    local p = vsalab.problem.build{B = 2, H = 3, Sq = 6 * 128, Skv = 7 * 128, D = 128, block = 128,
+      density = 0.5, ragged = true, seed = seed, device = "cpu", forward = false}
+    p.vbs = vsalab.from_table({128, 100, 64, 0, 65, 1, 127}, {dtype = "i32"})
+    local o_c, lse_c = vsalab.forward_ref(p.q, p.k, p.v, p.q2k_idx, p.q2k_num, p.vbs)
+    local g = {}
+    for _, k in ipairs{"q", "k", "v", "dO", "q2k_idx", "q2k_num", "k2q_idx", "k2q_num", "vbs"} do
+      g[k] = p[k]:to("cuda")
+    end
+    local o_g, lse_g = vsalab.forward_ref(g.q, g.k, g.v, g.q2k_idx, g.q2k_num, g.vbs)
+    assert.is_true(vsalab.compare(o_g, o_c).rel_l2 < 1e-5)
+    local lc = vsalab.compare(lse_g, lse_c)
+    assert.is_true(lc.max_abs < 1e-4 and lc.nonfinite == 0, tostring(lc.max_abs))
+    local cpu = {vsalab.backward_ref(p.dO, p.q, p.k, p.v, o_c, lse_c, p.k2q_idx, p.k2q_num, p.vbs,
+      {out_dtype = "f32"})}
+    local gpu = {vsalab.backward_ref(g.dO, g.q, g.k, g.v, o_g, lse_g, g.k2q_idx, g.k2q_num, g.vbs,
+      {out_dtype = "f32"})}
+    local ref = vsalab.oracle{q = p.q, k = p.k, v = p.v, dO = p.dO, q2k_idx = p.q2k_idx,
+      q2k_num = p.q2k_num, variable_block_sizes = p.vbs, o = o_c, lse = lse_c}
+    for i, name in ipairs{"dq", "dk", "dv"} do
+      local c = vsalab.compare(gpu[i], cpu[i])
+      print(string.format("\n[ref128] %s GPU vs CPU rel L2 %.2e, vs fp64 %.2e", name, c.rel_l2,
+        vsalab.compare(gpu[i], ref[name]).rel_l2))
+      assert.is_true(c.rel_l2 < 1e-5 and c.nonfinite == 0, name)
+      assert.is_true(vsalab.compare(gpu[i], ref[name]).rel_l2 < 1e-4, name)
+    end
+    -- Key slots past vbs (block 3 entirely, block 5 from token 1) get dk = dv = 0.
+    local dk = gpu[2]:to("cpu")
+    for _, cut in ipairs{{3, 0, 128}, {5, 1, 127}, {1, 100, 28}} do
+      local z = dk:narrow(3, cut[1] * 128 + cut[2] + 1, cut[3]):contiguous()
+      assert.equal(0, vsalab.compare(z, vsalab.zeros(z.shape, {dtype = "f32"})).max_abs)
+    end
+  end)
+
+  it("native kernels refuse block 128 by name, backends say so", function()
+    local p = vsalab.problem.build{H = 1, Sq = 512, D = 128, block = 128, density = 0.5,
+      seed = H.seed(), device = "cuda"}
+    local ok, why = vsalab.backends.supported("sm90a", "cuda", p)
+    assert.is_false(ok)
+    assert.truthy(why:find("block 128: not supported by this kernel", 1, true), why)
+    local e = H.err(vsalab.backward_sm90a, p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs)
+    assert.truthy(e:find("block size 128 is not supported by this kernel", 1, true), e)
+  end)
+end)

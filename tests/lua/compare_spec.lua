@@ -137,6 +137,52 @@ describe("vsalab compare", function()
     assert.truthy(err:find("'2:' names no kernel after ':' (RUN:KERNEL, e.g. 2:reference)", 1, true), err)
   end)
 
+  it("keys points by block size, a row without one reading as block 64", function()
+    -- Run A: blocks 64 and 128 (and one point with no block: a row from
+    -- before the axis); run B: 64 as fast, 128 10% slower.
+    local bdb = vsalab.db_open(dir .. "/blk.db")
+    local function run(slow128, nil_block)
+      local id = bdb:begin_run{script = "synthetic", gpu_name = "NVIDIA H200"}
+      for _, blk in ipairs{64, 128} do
+        for _, S in ipairs{4096, 8192} do
+          local base = S / 4096 * 0.25 * (blk == 128 and slow128 or 1)
+          local s = {}
+          for i = 1, 20 do s[i] = base * (1 + 0.005 * normal()) end
+          local st = vsalab.stats(s)
+          bdb:log{run_id = id, experiment = "synthetic", kernel = "sm90a", B = 1, H = 8, Sq = S,
+            Skv = S, D = 128, block = (nil_block and blk == 64 and S == 4096) and nil or blk,
+            density = 0.25, topk = S / blk / 4, ragged = 0,
+            ms_median = st.median, ms_min = st.min, ms_max = st.max, spread = st.spread,
+            samples = st.samples, passed = 1, mode = "hot"}
+        end
+      end
+      bdb:end_run(id, "finished")
+      return id
+    end
+    local ra, rb = run(1.0, true), run(1.1, false)
+    bdb:close()
+    local rc, out = H.vsalab("compare --db " .. dir .. "/blk.db " .. ra .. " " .. rb)
+    assert.equal(1, rc, out)
+    assert.truthy(out:match("4 matching points"), out)
+    assert.truthy(out:match("SAME 2  FAST 0  SLOW 2  AMBIGUOUS 0"), out)
+    local same, slow = 0, 0
+    for line in out:gmatch("[^\n]+") do
+      if line:match("^synthetic") then
+        local blk = line:match("^synthetic%s+sm90a%s+1%s+8%s+%d+%s+%d+%s+(%d+)")
+        assert.truthy(blk, line)
+        if line:find("SLOW", 1, true) then
+          slow = slow + 1
+          assert.equal("128", blk, line)
+        elseif line:find("SAME", 1, true) then
+          same = same + 1
+          assert.equal("64", blk, line)
+        end
+      end
+    end
+    assert.equal(2, same, out)
+    assert.equal(2, slow, out)
+  end)
+
   it("decides verdicts from medians, ranges and the floors", function()
     local cmp = require "vsalab.compare"
     assert.equal("SAME", (cmp.verdict({median = 1, min = 0.99, max = 1.01}, {median = 1.01, min = 1.0, max = 1.02})))

@@ -54,6 +54,17 @@ describe("experiment arguments", function()
     refused("smoke.lua -a 'density=[ ]'", "no values in '[ ]'")
   end)
 
+  it("refuses a block size off the list, naming the supported ones (64 and 128)", function()
+    for _, script in ipairs{"wan720p.lua", "smoke.lua", "seed_sweep.lua"} do
+      refused(script .. " -a block=96", "argument 'block': expected a block size (64, 128), got 96 (-a block=96)")
+      refused(script .. " -a block=[64,256]", "expected a block size (64, 128), got 256")
+      refused(script .. " -a block=abc", "axis 'block' takes numbers")
+      local rc, _, err = H.vsalab("run --check --db " .. dir .. "/a.db " .. exp .. script .. " -a block=[64,128]")
+      assert.equal(0, rc, script .. ": " .. err)
+    end
+    refused("wan720p.lua block=128", "argument 'block': block is an axis of the sweep: give it as -a block=128")
+  end)
+
   it("says an axis given as key=value wants -a, and names a bad -a flag or an -a without values", function()
     refused("wan720p.lua H=40", "argument 'H': H is an axis of the sweep: give it as -a H=40")
     refused("seed_sweep.lua density=0.1", "argument 'density': density is an axis of the sweep: give it as -a density=0.1")

@@ -85,35 +85,42 @@ end
 
 -- FastVideo's selection for one slice, brute force: pooled means, f32 dot
 -- products in ascending d, bf16 roundings, ties to the lower kv index.
-local function topk_ref(q, k, nq, nkv, D, qvbs, kvbs, topk)
+-- FastVideo's rule (src/core/vsa_lists.h): fp32 block sums (exact here,
+-- then rounded once), divided by vbs in fp32, rounded to bf16; scores
+-- times the fp32 reciprocal of fp32 sqrt(D); an empty (vbs = 0) kv block
+-- is never kept and an empty q block keeps nothing. bs: tokens per block.
+local function topk_ref(q, k, nq, nkv, D, qvbs, kvbs, topk, bs)
+  bs = bs or 64
   local function pool(x, n, vbs)
     local out = {}
     for j = 0, n - 1 do
       out[j] = {}
       for d = 1, D do
         local s = 0
-        for t = 0, vbs[j + 1] - 1 do s = s + x[j * 64 + t][d] end
-        out[j][d] = vbs[j + 1] > 0 and bf16(f32(s / vbs[j + 1])) or 0
+        for t = 0, vbs[j + 1] - 1 do s = s + x[j * bs + t][d] end
+        out[j][d] = vbs[j + 1] > 0 and bf16(f32(f32(s) / vbs[j + 1])) or 0
       end
     end
     return out
   end
   local qc, kc = pool(q, nq, qvbs), pool(k, nkv, kvbs)
-  local root = f32(math.sqrt(D))
+  local inv_root = f32(1 / f32(math.sqrt(D)))
   local lists = {}
   for i = 0, nq - 1 do
     local cand = {}
     for j = 0, nkv - 1 do
       local s = 0
       for d = 1, D do s = f32(s + qc[i][d] * kc[j][d]) end
-      cand[#cand + 1] = {score = bf16(bf16(s) / root), j = j}
+      if kvbs[j + 1] > 0 and qvbs[i + 1] > 0 then
+        cand[#cand + 1] = {score = bf16(f32(bf16(s) * inv_root)), j = j}
+      end
     end
     table.sort(cand, function(a, b)
       if a.score ~= b.score then return a.score > b.score end
       return a.j < b.j
     end)
     local l = {}
-    for e = 1, topk do l[e] = cand[e].j end
+    for e = 1, math.min(topk, #cand) do l[e] = cand[e].j end
     table.sort(l)
     lists[i] = l
   end
@@ -254,6 +261,44 @@ describe("vsa_topk", function()
         end
       end
     end
+  end)
+
+  it("selects the same way at block 128 (2x8x8 tiles, an empty kv block, an empty q block)", function()
+    local T, Hh, W, D = 3, 9, 10, 16 -- 2x2x2 tiles of 2x8x8, edges clipped
+    local vbs = vsalab.video_blocks{T = T, H = Hh, W = W, block = 128}:to_table()
+    assert.same({128, 32, 16, 4, 64, 16, 8, 2}, vbs)
+    local q = vsalab.empty({1, 2, 8 * 128, D}, {dtype = "bf16"}):fill_randn{seed = H.seed()}
+    local k = vsalab.empty({1, 2, 8 * 128, D}, {dtype = "bf16"}):fill_randn{seed = H.seed()}
+    vsalab.smooth_latent(q, {latent = {T, Hh, W}, ell = 2, block = 128})
+    vsalab.smooth_latent(k, {latent = {T, Hh, W}, ell = 2, block = 128})
+    for _, topk in ipairs{1, 3, 8} do
+      local idx, num = vsalab.vsa_topk{q = q, k = k, topk = topk, latent = {T, Hh, W}, block = 128,
+        width = 9}
+      local it, nt = idx:to_table(), num:to_table()
+      for h = 1, 2 do
+        local ref = topk_ref(slice_rows(q, 1, h), slice_rows(k, 1, h), 8, 8, D, vbs, vbs, topk, 128)
+        for i = 0, 7 do
+          assert.equal(topk, nt[1][h][i + 1])
+          for e = 1, 9 do assert.equal(ref[i][e] or -1, it[1][h][i + 1][e]) end
+        end
+      end
+    end
+    -- Given sizes with empty blocks: kv block 2 is never kept, q block 1
+    -- keeps nothing, every other row keeps min(topk, 7 live kv blocks).
+    local kv = {128, 100, 0, 65, 64, 1, 128, 127}
+    local qv = {128, 0, 3, 128, 64, 70, 128, 128}
+    local idx, num = vsalab.vsa_topk{q = q, k = k, topk = 8, block = 128,
+      variable_block_sizes = vsalab.from_table(kv, {dtype = "i32"}),
+      q_variable_block_sizes = vsalab.from_table(qv, {dtype = "i32"})}
+    local it, nt = idx:to_table(), num:to_table()
+    local ref = topk_ref(slice_rows(q, 1, 1), slice_rows(k, 1, 1), 8, 8, D, qv, kv, 8, 128)
+    for i = 0, 7 do
+      assert.equal(i == 1 and 0 or 7, nt[1][1][i + 1])
+      for e = 1, 8 do assert.equal(ref[i][e] or -1, it[1][1][i + 1][e]) end
+    end
+    assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k, topk = 2, block = 96}):match("64, 128"))
+    assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k, topk = 2, latent = {T, Hh, W},
+      tile = {4, 4, 4}, block = 128}):match("volume 64, not the block size 128"))
   end)
 
   it("breaks score ties toward the lower kv index (Sq != Skv, given sizes)", function()

@@ -23,7 +23,8 @@ def backward(job, t):
     lse, vbs = t["lse"], t["variable_block_sizes"]
     qi, qn = t["q2k_idx"], t["q2k_num"]
     dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(k)
-    keys = [np.arange(64 * j, 64 * j + int(vbs[j])) for j in range(job["nkv"])]
+    blk = int(job.get("block", 64))  # tokens per block
+    keys = [np.arange(blk * j, blk * j + int(vbs[j])) for j in range(job["nkv"])]
     for b in range(B):
         for h in range(H):
             delta = (do[b, h] * o[b, h]).sum(-1)
@@ -32,7 +33,7 @@ def backward(job, t):
                 if not cols:
                     continue
                 cols = np.concatenate(cols)
-                rows = slice(64 * i, 64 * i + 64)
+                rows = slice(blk * i, blk * i + blk)
                 Q, G, K, V = q[b, h, rows], do[b, h, rows], k[b, h, cols], v[b, h, cols]
                 p = np.exp2((Q @ K.T) * (scale * np.float32(LOG2E)) - lse[b, h, rows, None])
                 ds = p * ((G @ V.T) - delta[rows, None])
