@@ -4,11 +4,16 @@
 #   tests/gpu/run.sh [VSALAB_BINARY] [steps...]
 # steps (default all but profile and blackwell): quick sm100emu specs
 # sanitize invert seed_sweep wan720p modes compare fault devices plugin
-# peers profile breakdown case12 vsa_lists blackwell
+# peers bsa peers_fault profile breakdown case12 vsa_lists blackwell
 # plugin: the example CUDA plug-in (cases, graph capture, a sweep beside
 # sm90a, a faulting plug-in). peers: seed_sweep peers=triton, sm90a and
 # Triton on identical inputs in one run (needs .peer/ from
-# tests/gpu/fetch_peer.sh, carried; PEERS_ARGS passes seed_sweep overrides).
+# tests/gpu/fetch_peer.sh, copied to the GPU host; PEERS_ARGS passes
+# seed_sweep overrides). bsa: the main job and the seed sweep with
+# peers=cudnn_bsa,triton (cuDNN frontend Block-Sparse Attention beside
+# sm90a and Triton, every row checked), when .peers/ is installed
+# (scripts/peers.sh); skipped, saying so, when it is not. peers_fault:
+# tests/gpu/peers_fault_proof.sh (each installed peer crashing mid-run).
 # sm100emu: the Blackwell backward's source on this GPU over the emulated
 # tcgen05 layer (ladder rungs 1-2 with wgmma cross-checks, every kernel
 # path against the reference, 20 bitwise launches, every CASES case).
@@ -32,7 +37,7 @@ if ! nvidia-smi -L > /dev/null 2>&1; then
   echo "run.sh: no NVIDIA GPU or driver found (nvidia-smi -L failed): the GPU tests need one; scripts/test.sh runs the CPU tests" >&2
   exit 2
 fi
-steps=${*:-quick sm100emu specs sanitize invert seed_sweep wan720p modes compare fault devices plugin peers}
+steps=${*:-quick sm100emu specs sanitize invert seed_sweep wan720p modes compare fault devices plugin peers bsa peers_fault}
 # The ladder binaries sit beside vsalab (pack.sh) or in build/tests.
 tests_bin=$(dirname "$bin")
 [ -x "$tests_bin/tcgen05_ladder_emu" ] || tests_bin=build/tests
@@ -133,6 +138,22 @@ for step in $steps; do
        "$bin" compare --db "$out/peers.db" 1:sm90a 1:triton
        "$bin" report --db "$out/peers.db" -o "$out/peers.html" 1:sm90a 1:triton
        [ "$n" -gt 0 ]) 2>&1 | tee "$out/peers.log" ;;
+    bsa) # cuDNN BSA beside sm90a and Triton: the main job and the seed sweep, one DB
+      (if [ ! -d .peers ] || [ ! -d .peer/fastvideo_triton ]; then
+         echo "bsa: skipped: .peers/ (scripts/peers.sh install) or .peer/ (tests/gpu/fetch_peer.sh) is missing"; exit 0
+       fi
+       rm -f "$out/bsa.db"*
+       env -u VSALAB_SM100_EMU "$bin" run --db "$out/bsa.db" experiments/wan720p.lua peers=cudnn_bsa,triton ${BSA_ARGS:-} || exit 1
+       env -u VSALAB_SM100_EMU "$bin" run --db "$out/bsa.db" experiments/seed_sweep.lua peers=cudnn_bsa,triton \
+         kernels=sm90a,cudnn_bsa,triton ${BSA_ARGS:-} || exit 1
+       "$bin" query --db "$out/bsa.db" "SELECT run_id, kernel, H, Sq, density, round(ms_median,4) AS ms, round(tflops,1) AS tflops, passed, worst_rel_l2, json_extract(extra, '$.peer.extra.main_kernel_ms') AS main_kernel_ms FROM result_summary WHERE kernel IN ('sm90a', 'cudnn_bsa', 'triton') ORDER BY run_id, H, Sq, density, kernel"
+       n=$("$bin" query --db "$out/bsa.db" --format csv "SELECT count(*) FROM result WHERE kernel = 'cudnn_bsa' AND passed = 1" | tail -1)
+       bad=$("$bin" query --db "$out/bsa.db" --format csv "SELECT count(*) FROM result WHERE kernel = 'cudnn_bsa' AND passed = 0" | tail -1)
+       echo "cudnn_bsa rows passing the fp64 oracle: $n, failing: $bad"
+       "$bin" compare --db "$out/bsa.db" 1:sm90a 1:cudnn_bsa
+       "$bin" report --db "$out/bsa.db" -o "$out/bsa.html" 1:sm90a 1:cudnn_bsa 1:triton
+       [ "$n" -gt 0 ] && [ "$bad" -eq 0 ]) 2>&1 | tee "$out/bsa.log" ;;
+    peers_fault) tests/gpu/peers_fault_proof.sh "$bin" 2>&1 | tee "$out/peers_fault.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
   rc=${PIPESTATUS[0]}

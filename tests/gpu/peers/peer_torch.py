@@ -180,6 +180,25 @@ def bus_id(dev):
                                  getattr(props, "pci_device_id", 0))
 
 
+def crash_if_asked():
+    """VSALAB_PEER_CRASH_AT=N (tests/gpu/peers_fault_proof.sh): the peer's
+    N-th call of a run kills itself (SIGKILL) mid-point, after its library
+    ran on the GPU; VSALAB_PEER_CALLS names the file that counts the calls."""
+    at, counter = os.environ.get("VSALAB_PEER_CRASH_AT"), os.environ.get("VSALAB_PEER_CALLS")
+    if not at or not counter:
+        return
+    n = 1
+    if os.path.isfile(counter):
+        with open(counter) as f:
+            n = int(f.read().strip() or 0) + 1
+    with open(counter, "w") as f:
+        f.write(f"{n}\n")
+    if n == int(at):
+        import signal
+        print(f"peer: crashing on purpose at call {n}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def finish(job, dev, call, note, extra, parts=None):
     """Write the first call's gradients (it compiles: 0.5-3.5 s for CuTe
     DSL kernels, never timed), then, when job.json asks for timing, time
@@ -189,6 +208,7 @@ def finish(job, dev, call, note, extra, parts=None):
     import torch
     dq, dk, dv = call()
     torch.cuda.synchronize()
+    crash_if_asked()
     save_outputs(job, dq, dk, dv)
     del dq, dk, dv
     opts = job.get("bench")
