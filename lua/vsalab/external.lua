@@ -276,7 +276,7 @@ end
 
 -- Peers that `peers=NAME` (experiments) and `vsalab.backends.peer(NAME)`
 -- know, relative to the repository root (the working directory). Each
--- declares what its library takes: D, block sizes, layouts and the GPU
+-- declares what its library takes: head dims D, block sizes, layouts and the GPU
 -- architectures (major compute capability); a point outside them gets a
 -- skipped row saying why, without starting the peer. Block sizes and
 -- layouts come from the point (p.block, default 64; p.layout, default
@@ -338,13 +338,16 @@ local function joined(list)
   return table.concat(t, ", ")
 end
 
--- Why known peer `name` cannot take point p (its block size, layout or
--- this GPU's architecture), or nil. p.block and p.layout default to 64
+-- Why known peer `name` cannot take point p (its head dim, block size,
+-- layout or this GPU's architecture), or nil. p.block and p.layout default to 64
 -- and 'bhsd' (points made before those axes existed).
 function M.unfit(name, p)
   local d = M.peers[name]
   if not d then return nil end
   local block, layout = p.block or 64, p.layout or "bhsd"
+  if d.D and p.D and not member(d.D, p.D) then
+    return string.format("%s takes head dim D in {%s}, the point has %d", name, joined(d.D), p.D)
+  end
   if d.blocks and not member(d.blocks, block) then
     return string.format("%s takes block sizes {%s}, the point has %d", name, joined(d.blocks), block)
   end
@@ -410,7 +413,9 @@ function M.missing(name)
 end
 
 -- Register peer `name`; it is unavailable (supported -> false, why) when
--- its files, python module or device are missing.
+-- its files, python module or device are missing, and it declines a point
+-- outside its declaration (M.unfit) with "backend NAME skipped: why",
+-- which experiments log as a skipped row.
 function M.peer(name)
   local d = M.peers[name]
   if not d then
@@ -428,11 +433,6 @@ function M.peer(name)
       local missing = M.missing(name)
       if missing then return false, missing end
       if d.device and device ~= d.device then return false, name .. " runs on " .. d.device .. " tensors" end
-      if d.D and p and p.D then
-        local ok = false
-        for _, x in ipairs(d.D) do ok = ok or x == p.D end
-        if not ok then return false, name .. " takes D in {" .. table.concat(d.D, ", ") .. "}" end
-      end
       return true
     end}
   -- A point the peer's library cannot take: a skipped row, no process.

@@ -36,7 +36,7 @@ for peer in $peers; do
   "$bin" query --db "$db" "PRAGMA integrity_check" | grep -q "^ok" || { echo "FAIL $peer: integrity_check"; status=1; }
   got=$("$bin" query --db "$db" --format csv "SELECT (SELECT status FROM run WHERE id = 1) || ':' ||
     (SELECT count(*) FROM result WHERE kernel = '$peer' AND Sq = 4096 AND passed = 1) || ':' ||
-    (SELECT count(*) FROM result WHERE kernel = '$peer' AND Sq = 8192 AND passed = 0 AND note LIKE '%killed by signal 9%') || ':' ||
+    (SELECT count(*) FROM result WHERE kernel = '$peer' AND Sq = 8192 AND passed = 0 AND (note LIKE '%killed by signal 9%' OR note LIKE '%status 137%')) || ':' ||
     (SELECT count(*) FROM result WHERE kernel = '$peer' AND Sq = 16384 AND passed = 1)" | tail -1 | tr -d '"')
   echo "$peer: status:point1 passed:point2 killed:point3 passed = $got"
   case $got in
