@@ -34,12 +34,12 @@ die() { echo "peers.sh: $*" >&2; exit 2; }
 pins() { grep -E '^[A-Za-z0-9_.-]+==' "$lock"; }
 
 # What the peers never load: other platforms' stubs, static libraries, C/C++
-# headers, the FFI's test library, byte code.
+# headers, byte code (tvm_ffi loads its test library: it stays).
 trim() {
   local d=$1
   [ -d "$d" ] || die "trim: no folder $d"
   rm -rf "$d"/nvidia_cutlass_dsl/cu13/lib/stubs "$d"/nvidia_cutlass_dsl/cu13/include \
-    "$d"/nvidia_cutlass_dsl/cu13/lib/*.a "$d"/include "$d"/tvm_ffi/lib/libtvm_ffi_testing.so \
+    "$d"/nvidia_cutlass_dsl/cu13/lib/*.a "$d"/include \
     "$d"/bin
   find "$d" -name __pycache__ -type d -prune -exec rm -rf {} +
   echo "peers.sh: trimmed $d: $(du -sh "$d" | cut -f1)"
