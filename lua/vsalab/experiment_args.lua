@@ -151,7 +151,8 @@ end
 
 -- The kernels an experiment times, from its `kernels=` argument: nil or
 -- "default" the native backward of the device (backends.pick: sm90a on
--- an H100/H200, the reference elsewhere); "all" every backward available
+-- an H100/H200, the reference elsewhere) and the known peers asked for
+-- with peers=NAME; "all" every backward available
 -- (variants and the reference included: nil is returned); otherwise a name
 -- or a list of names (each must be registered). with_reference adds the
 -- reference as a timed row. Returns a set {name = true} or nil (all).
@@ -161,6 +162,12 @@ function M.kernel_set(device, spec, with_reference)
   if spec == nil or spec == "default" then
     local ok, b = pcall(backends.pick, device == "cpu" and "cpu" or "cuda", {D = 128})
     set[ok and b.name or "reference"] = true
+    -- Known peers registered (peers=NAME) were asked for by name: they
+    -- join the default set, beside the native backward.
+    local known = require("vsalab.external").peers
+    for _, r in ipairs(backends.list) do
+      if r.origin and r.origin.kind == "external" and known[r.name] then set[r.name] = true end
+    end
   else
     local names = type(spec) == "table" and spec or {spec}
     for _, raw in ipairs(names) do

@@ -239,19 +239,24 @@ end
 -- device does not synchronise cleanly), is raised: the run ends failed.
 function M.backend_failed(e, c, p, b, hash, err, device, rows, label, i, n)
   local msg = tostring(err)
-  if not msg:find("backend " .. b.name .. " failed: ", 1, true) then error(err, 0) end
+  -- "backend NAME skipped: why": a peer whose library cannot take this
+  -- point (lua/vsalab/external.lua): a row that says why, neither passed
+  -- nor failed.
+  local skipped = msg:match("backend " .. b.name:gsub("%p", "%%%0") .. " skipped: ([^\n]*)")
+  if not skipped and not msg:find("backend " .. b.name .. " failed: ", 1, true) then error(err, 0) end
   if device ~= "cpu" then core.synchronize() end
   collectgarbage()
-  local first = msg:gsub("^[^\n]-(backend " .. b.name:gsub("%p", "%%%0") .. " failed: )", "%1"):gsub("\n.*", "")
+  local first = skipped and ("skipped: " .. skipped)
+    or msg:gsub("^[^\n]-(backend " .. b.name:gsub("%p", "%%%0") .. " failed: )", "%1"):gsub("\n.*", "")
   local r = base_row(e.name, c, p)
   r.kernel = b.name
-  r.passed = 0
+  r.passed = not skipped and 0 or nil
   r.note = first
   r.point_hash = hash
   r.extra = {seed = p.seed, point = identity.point_of(c), lists = p.lists, sharing = p.sharing, backend = b.origin}
   r.id = run.log(r)
   rows[#rows + 1] = r
-  report.progress(i - 1, n, label .. ": " .. b.name .. " FAILED: " .. first)
+  report.progress(i - 1, n, label .. ": " .. b.name .. (skipped and " " or " FAILED: ") .. first)
 end
 
 return M

@@ -23,8 +23,13 @@
 -- bf16 bits, or float32: converted to bf16 with round to nearest even) and,
 -- when bench is not null, timing.json: {"samples_ms": [...], "clock":
 -- "cuda", "mode": "hot", "stop": "noise", "note": "...", "extra": {...}}.
--- Exit status 0 on success; anything else fails the point with the
--- peer's last output lines ("backend NAME failed: ..."). stdout and stderr
+-- Exit status 0 on success; 3 when the peer cannot run this point (a
+-- block size, layout or GPU its library does not take): its last output
+-- line says why, and the point gets a skipped row for it ("backend NAME
+-- skipped: ..."); anything else fails the point with the peer's last
+-- output lines ("backend NAME failed: ..."). job.json's block is the
+-- point's block size (64 unless the point says), its layout 'bhsd'
+-- unless the point says. stdout and stderr
 -- go to DIR/peer.log; DIR is removed afterwards unless keep (or
 -- VSALAB_KEEP_PEER_DIR=1).
 local core = require "vsalab.core"
@@ -96,6 +101,7 @@ function M.write_job(dir, name, p, bench)
   local job = {protocol = 1, backend = name, device = dev == "cpu" and "cpu" or "cuda",
     cuda_device = dev ~= "cpu" and tonumber(dev:match("%d+")) or json.null,
     B = p.B, H = p.H, Sq = p.Sq, Skv = p.Skv, D = p.D, nq = p.nq, nkv = p.nkv, block = p.block or 64,
+    layout = p.layout or "bhsd",
     sm_scale = p.sm_scale, inputs = inputs,
     outputs = {dq = {file = "dq.npy", shape = p.q.shape}, dk = {file = "dk.npy", shape = p.k.shape},
       dv = {file = "dv.npy", shape = p.k.shape}},
@@ -147,6 +153,9 @@ function M.call(b, p, bench)
     core.proc_close(msg_fd)
     core.proc_close(err_fd)
     if not okw then error(werr, 0) end
+    if how == "exit" and code == 3 then -- the peer's library cannot take this point
+      error(string.format("backend %s skipped: %s", b.name, (log_tail(dir, 1):gsub("^skip: ", ""))), 0)
+    end
     if how ~= "exit" or code ~= 0 then
       error(string.format("backend %s failed: peer %s: %s", b.name,
         how == "signal" and ("was killed by signal " .. tostring(code))
@@ -267,18 +276,43 @@ function M.external(o)
 end
 
 -- Peers that `peers=NAME` (experiments) and `vsalab.backends.peer(NAME)`
--- know, relative to the repository root (the working directory).
+-- know, relative to the repository root (the working directory). Each
+-- declares what its library takes: head dims D, block sizes, layouts and the GPU
+-- architectures (major compute capability); a point outside them gets a
+-- skipped row saying why, without starting the peer. Block sizes and
+-- layouts come from the point (p.block, default 64; p.layout, default
+-- 'bhsd').
+local PEERS_HINT = "install the pinned peers into .peers/: scripts/peers.sh install "
+  .. "(a GPU host without a package registry: scripts/peers.sh download DIR on a connected machine, "
+  .. "then scripts/peers.sh install DIR on the GPU host)"
 M.peers = {
   triton = {
     cmd = {"python3", "tests/gpu/peers/triton_peer.py"},
     description = "FastVideo's public Triton VSA backward and inversion (.peer/, external)",
     needs = {"tests/gpu/peers/triton_peer.py", ".peer/fastvideo_triton/block_sparse_attn_triton.py",
       ".peer/fastvideo_triton/index.py"},
-    hint = "run tests/gpu/fetch_peer.sh (and copy .peer/ to the GPU host)",
+    hint = "run tests/gpu/fetch_peer.sh (it fills .peer/; copy that folder to the GPU host)",
     device = "cuda", D = {64, 128},
-    -- Its kernels take 64-token lists; 128 needs FastVideo's expansion of
-    -- the lists to 64 first (not done here yet).
-    blocks = {64},
+    -- 64-token lists natively; 128-token lists expanded to 64 as FastVideo does.
+    blocks = {64, 128}, layouts = {"bhsd", "bshd"},
+  },
+  cudnn_bsa = {
+    cmd = {"python3", "tests/gpu/peers/cudnn_bsa_peer.py"},
+    description = "NVIDIA cuDNN frontend Block-Sparse Attention backward (cudnn.block_sparse_attention, .peers/, external)",
+    needs = {"tests/gpu/peers/cudnn_bsa_peer.py", ".peers/cudnn/block_sparse_attention/api.py",
+      ".peers/nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py"},
+    hint = PEERS_HINT,
+    device = "cuda", D = {128}, blocks = {64, 128}, layouts = {"bhsd", "bshd"}, arch = {9, 10, 11},
+  },
+  fa4 = {
+    cmd = {"python3", "tests/gpu/peers/fa4_peer.py"},
+    description = "FlashAttention-4 CuTe DSL block-sparse backward (flash_attn.cute, .peers/, external)",
+    needs = {"tests/gpu/peers/fa4_peer.py", ".peers/flash_attn/cute/interface.py",
+      ".peers/quack/__init__.py", ".peers/nvidia_cutlass_dsl/dsl_packages/cutlass/__init__.py"},
+    hint = PEERS_HINT,
+    -- Its backward tiles kv by 128 on SM90 and SM100: a sparse kv block is
+    -- 128 tokens (or a multiple, on SM100).
+    device = "cuda", D = {64, 128}, blocks = {128}, layouts = {"bhsd", "bshd"}, arch = {9, 10, 11},
   },
   numpy = {
     cmd = {"python3", "tests/peers/numpy_peer.py"},
@@ -293,6 +327,44 @@ M.peers = {
     needs = {"tests/peers/ref_peer.lua"}, hint = "run from the repository root",
   },
 }
+
+local function member(list, x)
+  for _, y in ipairs(list) do if y == x then return true end end
+  return false
+end
+
+local function joined(list)
+  local t = {}
+  for i, x in ipairs(list) do t[i] = tostring(x) end
+  return table.concat(t, ", ")
+end
+
+-- Why known peer `name` cannot take point p (its head dim, block size,
+-- layout or this GPU's architecture), or nil. p.block and p.layout default to 64
+-- and 'bhsd' (points made before those axes existed).
+function M.unfit(name, p)
+  local d = M.peers[name]
+  if not d then return nil end
+  local block, layout = p.block or 64, p.layout or "bhsd"
+  if d.D and p.D and not member(d.D, p.D) then
+    return string.format("%s takes head dim D in {%s}, the point has %d", name, joined(d.D), p.D)
+  end
+  if d.blocks and not member(d.blocks, block) then
+    return string.format("%s takes block sizes {%s}, the point has %d", name, joined(d.blocks), block)
+  end
+  if d.layouts and not member(d.layouts, layout) then
+    return string.format("%s takes layouts {%s}, the point has %s", name, joined(d.layouts), layout)
+  end
+  if d.arch and p.q and p.q.device ~= "cpu" then
+    local okc, info = pcall(core.device_info)
+    local major = okc and type(info) == "table" and tonumber(tostring(info.cc):match("^(%d+)"))
+    if major and not member(d.arch, major) then
+      return string.format("%s's backward runs on SM%s0, this GPU is %s", name,
+        table.concat(d.arch, "0/SM"), tostring(info.cc))
+    end
+  end
+  return nil
+end
 
 -- A readable file at path (a directory opens too, but reads fail).
 local function exists(path)
@@ -342,7 +414,9 @@ function M.missing(name)
 end
 
 -- Register peer `name`; it is unavailable (supported -> false, why) when
--- its files, python module or device are missing.
+-- its files, python module or device are missing, and it declines a point
+-- outside its declaration (M.unfit) with "backend NAME skipped: why",
+-- which experiments log as a skipped row.
 function M.peer(name)
   local d = M.peers[name]
   if not d then
@@ -355,23 +429,22 @@ function M.peer(name)
   for i, a in ipairs(d.cmd) do
     cmd[i] = a == "@vsalab" and ((package.loaded.vsalab.context or {}).exe or "vsalab") or a
   end
-  return M.external{name = name, cmd = cmd, description = d.description,
+  local b = M.external{name = name, cmd = cmd, description = d.description,
     supported = function(device, p)
       local missing = M.missing(name)
       if missing then return false, missing end
       if d.device and device ~= d.device then return false, name .. " runs on " .. d.device .. " tensors" end
-      if d.D and p and p.D then
-        local ok = false
-        for _, x in ipairs(d.D) do ok = ok or x == p.D end
-        if not ok then return false, name .. " takes D in {" .. table.concat(d.D, ", ") .. "}" end
-      end
-      if d.blocks and p and p.block then
-        local ok = false
-        for _, x in ipairs(d.blocks) do ok = ok or x == p.block end
-        if not ok then return false, "block " .. tostring(p.block) .. ": not supported by this kernel" end
-      end
       return true
     end}
+  -- A point the peer's library cannot take: a skipped row, no process.
+  local run, measure = b.run, b.measure
+  local function fit(p)
+    local why = M.unfit(name, p)
+    if why then error(string.format("backend %s skipped: %s", name, why), 0) end
+  end
+  b.run = function(p) fit(p); return run(p) end
+  b.measure = function(p, opts) fit(p); return measure(p, opts) end
+  return b
 end
 
 return M

@@ -20,7 +20,9 @@ specs|all|every tests/gpu/*_spec.lua but plugin_spec, each in its own process, s
 sanitize|all|compute-sanitizer on one small call: memcheck on every backend (emulated ones too), racecheck and synccheck on the dq-modes kernels
 sm100emu|all|the Blackwell backward over the emulated tcgen05 layer: ladder rungs 1-2, every kernel path against the reference, 20 launches bitwise, every CASES case but 12 with a tenth of the launches (EMU_CASES_SKIP, EMU_LAUNCHES_SCALE)
 plugins|all|the example CUDA plug-in: plugin_spec (cases, graph capture), a sweep beside sm90a in hot and graph timing, a faulting plug-in
-peers|all|FastVideo Triton backward as an external peer beside the default kernels on identical inputs (skipped in all when .peer is absent)
+peers|all|every installed peer (FastVideo Triton; cuDNN BSA and FA4 from .peers/) beside the default kernels on identical inputs, 4k and 16k (PEERS_ARGS; skipped in all when .peer is absent)
+bsa|-|cuDNN BSA (and FA4 where it runs) beside sm90a and Triton: wan720p and seed_sweep with peers=, every row checked (BSA_ARGS; needs .peers/ from scripts/peers.sh)
+peers-fault|-|each installed peer crashing mid-run: earlier rows kept, the run closed (peers_fault_proof.sh)
 sm100emu-full|-|sm100emu with every CASES case (12 included) at full launch counts, the three sanitizers on every emulated backend, seed_sweep and Wan 720P H4 spot checks of the emulation
 sanitize-full|-|the three compute-sanitizer tools on every backend (variants and emulated ones included)
 case12|-|CASES case 12 (64-bit offsets, 2^31 elements a tensor) alone, every default backend
@@ -47,7 +49,7 @@ group_steps() { awk -F'|' -v g="$1" '$2 == g { print $1 }' <<< "$steps_table"; }
 is_step() { grep -qx -- "$1" <<< "$step_names"; }
 is_group() { [ "$1" = all ] || [ "$1" = harness ]; }
 # Older names of steps.
-canonical() { case $1 in plugin) echo plugins ;; seed_sweep) echo seed-sweep ;; vsa_lists) echo vsa-lists ;; *) echo "$1" ;; esac; }
+canonical() { case $1 in plugin) echo plugins ;; seed_sweep) echo seed-sweep ;; vsa_lists) echo vsa-lists ;; peers_fault) echo peers-fault ;; *) echo "$1" ;; esac; }
 
 # The emulated CASES that `all` runs (sm100emu): every case but 12, whose
 # 2^31-element tensors the emulation (one MMA at a time) takes longest
@@ -510,14 +512,38 @@ step_peers() { # FastVideo's Triton backward as an external peer, same run and i
   peers_installed || { skip "no Triton peer ($peer_dir from tests/gpu/fetch_peer.sh, python3 with torch and triton)"; return; }
   local db=$out/peers.db
   rm -f "$db"*
+  # Every installed peer: Triton, and cuDNN BSA and FA4 when .peers/ holds
+  # them (scripts/peers.sh). Two lengths by default, to stay within all's
+  # budget; PEERS_ARGS overrides (e.g. -a Sq=[4096,16384,65536,131072]).
+  local list=triton
+  [ -d .peers/cudnn ] && list=triton,cudnn_bsa,fa4
   # shellcheck disable=SC2086 # PEERS_ARGS: words
-  check "seed_sweep peers=triton" "$bin" run --db "$db" experiments/seed_sweep.lua peers=triton ${PEERS_ARGS:-}
-  check "every row passed its spot check" rows_pass "$db"
+  check "seed_sweep peers=$list" "$bin" run --db "$db" experiments/seed_sweep.lua peers=$list \
+    ${PEERS_ARGS:--a Sq=[4096,16384]}
+  check "every checked row passed its spot check" rows_pass "$db"
   check "Triton rows measured" has_rows "$db" triton
   show "$bin" query --db "$db" "SELECT kernel, Sq, round(ms_median,4) AS ms, round(tflops,1) AS tflops, passed, samples, json_extract(extra, '$.peer.extra.inversion_ms') AS peer_inv_ms FROM result WHERE kernel NOT IN ('invert', 'gemm_bf16', 'config') ORDER BY Sq, kernel"
   show "$bin" compare --db "$db" 1:sm90a 1:triton
   check "report 1:sm90a 1:triton (peers.html)" "$bin" report --db "$db" -o "$out/peers.html" 1:sm90a 1:triton
 }
+
+bsa_installed() { [ -d .peers/cudnn ] && peers_installed; }
+
+step_bsa() { # the strongest peers beside sm90a and Triton on identical inputs, one DB
+  bsa_installed || { skip "no .peers/ (scripts/peers.sh install) or no Triton peer ($peer_dir)"; return; }
+  local db=$out/bsa.db
+  rm -f "$db"*
+  # shellcheck disable=SC2086 # BSA_ARGS: words
+  check "wan720p peers=cudnn_bsa,fa4,triton" "$bin" run --db "$db" experiments/wan720p.lua peers=cudnn_bsa,fa4,triton ${BSA_ARGS:-}
+  # shellcheck disable=SC2086
+  check "seed_sweep peers=cudnn_bsa,fa4,triton" "$bin" run --db "$db" experiments/seed_sweep.lua \
+    peers=cudnn_bsa,fa4,triton kernels=sm90a,sm90a-fp32,cudnn_bsa,fa4,triton ${BSA_ARGS:-}
+  check "every checked row passed its spot check" rows_pass "$db"
+  check "cuDNN BSA rows measured" has_rows "$db" cudnn_bsa
+  show "$bin" query --db "$db" "SELECT run_id, kernel, block, H, Sq, density, round(ms_median,4) AS ms, round(tflops,1) AS tflops, passed, worst_rel_l2, json_extract(extra, '$.peer.extra.main_kernel_ms') AS main_kernel_ms, substr(note, 1, 60) AS note FROM result_summary WHERE kernel NOT IN ('invert', 'gemm_bf16', 'config') ORDER BY run_id, block, H, Sq, density, kernel"
+}
+
+step_peers_fault() { check "each installed peer crashing mid-run" tests/gpu/peers_fault_proof.sh "$bin"; }
 
 step_case12() {
   local b

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """triton_peer.py — time FastVideo's public Triton VSA backward and its k2q
-inversion (the measuring stick of docs/ANCHORS.md) on the GPU host,
-right after vsalab's own kernels on the same GPU, and re-measure the dense
+inversion (the measuring stick of docs/ANCHORS.md) on the GPU machine,
+in the same device call as vsalab's own kernels, and re-measure the dense
 anchors (PyTorch SDPA cuDNN/FA2 backward, bf16 GEMM 8192^3).
 
 Needs the peer files: run tests/gpu/fetch_peer.sh on the development machine
-first (it fills the git-ignored .peer/fastvideo_triton/), then copy .peer/
-to the GPU host (with build/ to time vsalab there too) and run:
+first (it fills the git-ignored .peer/fastvideo_triton/), then on the GPU
+host (copy .peer/ there, and build/ to time vsalab in the same run):
 
     python3 tests/gpu/triton_peer.py [--shapes seed|wan|both|all|none] [--out results.csv]
 
@@ -79,7 +79,7 @@ def load_peer(peer_dir):
     peer_dir = os.path.abspath(peer_dir)
     if not os.path.isfile(os.path.join(peer_dir, "block_sparse_attn_triton.py")):
         sys.exit(f"triton_peer.py: no peer files in {peer_dir}: run tests/gpu/fetch_peer.sh "
-                 "on the development machine and copy .peer/ to the GPU host")
+                 "and copy .peer/ to the GPU host")
     sys.path.insert(0, os.path.dirname(peer_dir))
     pkg = os.path.basename(peer_dir)
     bsa = importlib.import_module(pkg + ".block_sparse_attn_triton")

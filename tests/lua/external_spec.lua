@@ -288,6 +288,86 @@ dofile(%q)]], dir .. "/hang.sh", H.root .. "/experiments/smoke.lua"))
     os.execute("rm -rf " .. cwd)
   end)
 
+  it("log a skipped row, neither passed nor failed, when a peer declines a point", function()
+    local db = dir .. "/skip.db"
+    local rc, _, err = H.sh("VSALAB_PEER_FAULT=skip " .. H.exe .. " run --db " .. db .. " " .. smoke .. " peers=lua-ref")
+    assert.equal(0, rc, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT passed, ms_median, note FROM result WHERE kernel = 'lua-ref'")
+    assert.equal(2, #rows) -- one per point
+    for _, r in ipairs(rows) do
+      assert.is_nil(r.passed)
+      assert.is_nil(r.ms_median)
+      assert.equal("skipped: ref_peer declines this point on purpose", r.note)
+    end
+    assert.equal(2, #d:q("SELECT 1 FROM result WHERE kernel = 'reference' AND passed = 1"))
+    d:close()
+  end)
+
+  it("skip a point outside what a known peer declares, without starting it", function()
+    local ext = require "vsalab.external"
+    assert.equal("fa4 takes block sizes {128}, the point has 64", ext.unfit("fa4", {}))
+    assert.is_nil(ext.unfit("fa4", {block = 128}))
+    assert.is_nil(ext.unfit("cudnn_bsa", {block = 128, layout = "bshd"}))
+    assert.equal("cudnn_bsa takes block sizes {64, 128}, the point has 256", ext.unfit("cudnn_bsa", {block = 256}))
+    assert.equal("cudnn_bsa takes layouts {bhsd, bshd}, the point has sbhd", ext.unfit("cudnn_bsa", {layout = "sbhd"}))
+    assert.is_nil(ext.unfit("triton", {block = 128}))
+    assert.equal("cudnn_bsa takes head dim D in {128}, the point has 64", ext.unfit("cudnn_bsa", {D = 64}))
+    -- The declaration is checked before any process starts.
+    local p = vsalab.problem.build{B = 1, H = 1, Sq = 128, D = 64, density = 0.5, seed = H.seed(), device = "cpu"}
+    local b = vsalab.backends.peer("fa4")
+    local e = H.err(b.measure, p, {})
+    assert.truthy(e:find("backend fa4 skipped: fa4 takes block sizes {128}, the point has 64", 1, true), e)
+    vsalab.backends.unregister("fa4")
+    vsalab.problem.free(p)
+  end)
+
+  it("keep the rows before a peer that crashes mid-run, and close the run", function()
+    local db, calls = dir .. "/crash.db", dir .. "/crash.calls"
+    local rc, _, err = H.sh("VSALAB_PEER_FAULT=crash-at-2 VSALAB_PEER_CALLS=" .. calls .. " " .. H.exe
+      .. " run --db " .. db .. " " .. smoke .. " peers=lua-ref")
+    assert.equal(1, rc, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT passed, note FROM result WHERE kernel = 'lua-ref' ORDER BY id")
+    assert.equal(2, #rows)
+    assert.equal(1, rows[1].passed)
+    assert.equal(0, rows[2].passed)
+    -- (the shell around the peer reports its SIGKILL as status 137)
+    assert.truthy(rows[2].note:find("killed by signal 9", 1, true) or rows[2].note:find("status 137", 1, true),
+      rows[2].note)
+    assert.equal(2, #d:q("SELECT 1 FROM result WHERE kernel = 'reference' AND passed = 1"))
+    local run = d:q("SELECT status FROM run")[1]
+    assert.truthy(run.status ~= "running", run.status)
+    assert.equal("ok", d:q("PRAGMA integrity_check")[1].integrity_check)
+    d:close()
+  end)
+
+  it("refuse cudnn_bsa and fa4 without .peers/, with a one-line install hint", function()
+    -- The peers' scripts present (a working directory of its own), their
+    -- packages not: asked for by name, that is the user's to install.
+    local cwd = H.tmpdir()
+    for _, name in ipairs{"cudnn_bsa", "fa4"} do
+      local script = require("vsalab.external").peers[name].needs[1]
+      os.execute("mkdir -p " .. cwd .. "/" .. script:match("^(.*)/") .. " && : > " .. cwd .. "/" .. script)
+      local rc, _, err = H.sh("cd " .. cwd .. " && " .. H.exe .. " run --db " .. dir .. "/np-" .. name .. ".db "
+        .. smoke .. " peers=" .. name)
+      assert.equal(2, rc, err)
+      assert.truthy(err:find("argument 'peers': " .. name .. ": .peers/", 1, true), err)
+      assert.truthy(err:find("is missing: install the pinned peers into .peers/: scripts/peers.sh install", 1, true), err)
+      assert.equal(1, select(2, err:gsub("\n", "\n")), err) -- one line
+      assert.falsy(io.open(dir .. "/np-" .. name .. ".db"), "a refused run made a DB")
+      -- Installed (stubs here): on this CPU host the run goes on without it.
+      for _, f in ipairs(require("vsalab.external").peers[name].needs) do
+        os.execute("mkdir -p " .. cwd .. "/" .. f:match("^(.*)/") .. " && touch " .. cwd .. "/" .. f)
+      end
+      rc, _, err = H.sh("cd " .. cwd .. " && " .. H.exe .. " run --db " .. dir .. "/np2-" .. name .. ".db "
+        .. smoke .. " peers=" .. name)
+      assert.equal(0, rc, err)
+      assert.truthy(err:find(name .. " unavailable: " .. name .. " runs on cuda tensors", 1, true), err)
+    end
+    os.execute("rm -rf " .. cwd)
+  end)
+
   local numpy = os.execute("python3 -c 'import numpy' >/dev/null 2>&1") == 0
   local numpy_it = numpy and it or pending
   numpy_it("run the numpy peer (python3 with numpy)", function()

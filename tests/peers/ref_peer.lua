@@ -5,7 +5,9 @@
 -- Python needed:
 --   vsalab run tests/peers/ref_peer.lua DIR
 -- VSALAB_PEER_FAULT=exit|garbage|nan|slow|mode|deep|nanjson makes it
--- misbehave on purpose.
+-- misbehave on purpose; =skip makes it decline the point (exit 3, the
+-- protocol's "cannot take this point"); =crash-at-2 fails the second call
+-- of a run (VSALAB_PEER_CALLS names a file counting the calls).
 local dir = assert(arg[1], "usage: vsalab run tests/peers/ref_peer.lua DIR")
 local f = assert(io.open(dir .. "/job.json"))
 local job = vsalab.json.decode(f:read("*a"))
@@ -14,7 +16,17 @@ assert(job.protocol == 1, "protocol 1 expected")
 local fault = os.getenv("VSALAB_PEER_FAULT")
 if fault == "exit" then
   io.stderr:write("ref_peer: failing on purpose\n")
+  os.exit(5)
+elseif fault == "skip" then
+  print("skip: ref_peer declines this point on purpose")
   os.exit(3)
+elseif fault == "crash-at-2" then
+  local counter = assert(os.getenv("VSALAB_PEER_CALLS"), "crash-at-2 needs VSALAB_PEER_CALLS")
+  local c = io.open(counter)
+  local n = (c and tonumber(c:read("*l")) or 0) + 1
+  if c then c:close() end
+  c = assert(io.open(counter, "w")); c:write(n, "\n"); c:close()
+  if n == 2 then vsalab.proc_self_kill() end
 end
 local dev = job.device == "cpu" and "cpu" or ("cuda:" .. tostring(job.cuda_device or 0))
 local t = {}

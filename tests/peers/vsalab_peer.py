@@ -5,7 +5,8 @@ vsalab runs `CMD... DIR`; DIR holds the point's inputs as .npy files and
 job.json. A peer reads them (load_job, load_inputs), computes dq/dk/dv,
 writes them (save_output) and, when job["bench"] is not None, times its call
 with the same rule as vsalab's bench (bench_loop) and writes timing.json
-(save_timing). Exit 0 on success; on failure print why and exit non-zero:
+(save_timing). Exit 0 on success; 3 (skip) when it cannot take the point; on
+failure print why and exit non-zero:
 vsalab logs the point as failed with the last lines printed.
 
 Only the standard library and numpy are needed here; bf16 arrays are stored as
@@ -129,3 +130,14 @@ def save_timing(job, samples, clock, mode="hot", stop=None, note="", extra=None)
     with open(os.path.join(job["dir"], job.get("timing_file", "timing.json")), "w") as f:
         json.dump({"samples_ms": samples, "clock": clock, "mode": mode, "stop": stop,
                    "note": note, "extra": extra or {}}, f)
+
+
+SKIP_STATUS = 3
+
+
+def skip(why):
+    """This peer cannot run the point (a block size, layout or GPU its
+    library does not take): say why in one line and exit with status 3,
+    which vsalab logs as a skipped row, not a failure."""
+    print(f"skip: {why}".replace("\n", " "), flush=True)
+    sys.exit(SKIP_STATUS)
