@@ -51,6 +51,7 @@ describe("result queries", function()
     assert.equal(2, rc2)
     assert.truthy(err2:find("no results DB at " .. cwd .. "/none.db (from --db)", 1, true), err2)
     os.execute("rm -rf " .. cwd)
+  end)
 
   it("leaves no -wal or -shm beside a DB after any read-only command", function()
     -- Each command on its own copy (a WAL-mode file, as runs write it).
