@@ -2,7 +2,7 @@
 -- verdict, error changes and pass->fail flags.
 --
 --   vsalab compare [--db PATH] [--floor-pct 2] [--floor-pct-host 50]
---                  [--floor-ms 0.005] [--partial] A B
+--                  [--floor-ms 0.005] [--floor-ms-host 0.05] [--partial] A B
 --
 -- A and B are run ids, `latest`, `latest~N` (N runs before the latest), or
 -- a project revision prefix of 4+ hex digits (the latest run built from it). A is the
@@ -40,7 +40,9 @@
 -- ((max - min) / median of A, plus B's), so a busy host's noise, which
 -- widens each run's range, widens its floor too (M.host_floor_pct); the
 -- header says so, and a row whose floor came from its spread says it in
--- its flags.
+-- its flags. Their absolute floor is floor-ms-host (default 0.05 ms): a
+-- host call of a few microseconds (the CPU inversion's first, cold call)
+-- moves by that much from one run to the next on a busy machine.
 -- Exit status 1 when any point is SLOW, NEW FAIL
 -- or MISSING (--partial: B may measure a subset, as a rerun does), or no
 -- point matches (so it can gate a CI job), 2 on usage errors.
@@ -50,7 +52,7 @@ local shard = require "vsalab.shard"
 
 local M = {}
 
-M.defaults = {floor_pct = 2, floor_ms = 0.005, floor_pct_host = 50}
+M.defaults = {floor_pct = 2, floor_ms = 0.005, floor_pct_host = 50, floor_ms_host = 0.05}
 
 -- Verdict for one point: a, b = {median, min, max} in ms.
 function M.verdict(a, b, opts)
@@ -240,7 +242,8 @@ function M.compare(db, a, b, opts)
   table.sort(keys)
   table.sort(only_a)
   table.sort(only_b)
-  local host_opts = {floor_ms = opts.floor_ms,
+  local host_ms = math.max(opts.floor_ms or M.defaults.floor_ms, opts.floor_ms_host or M.defaults.floor_ms_host)
+  local host_opts = {floor_ms = host_ms,
     floor_pct = math.max(opts.floor_pct or M.defaults.floor_pct, opts.floor_pct_host or M.defaults.floor_pct_host)}
   local host_rows, spread_rows = 0, 0
   for _, k in ipairs(keys) do
@@ -250,7 +253,7 @@ function M.compare(db, a, b, opts)
     if host then
       host_rows = host_rows + 1
       local pct, by_spread = M.host_floor_pct(ra, rb, host_opts.floor_pct)
-      point_opts = {floor_ms = opts.floor_ms, floor_pct = pct}
+      point_opts = {floor_ms = host_ms, floor_pct = pct}
       if by_spread then spread_rows = spread_rows + 1; spread_floor = pct end
     end
     local v, ratio = M.verdict(
@@ -304,7 +307,7 @@ function M.counts(rows)
   return c
 end
 
-local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-pct-host P] [--floor-ms MS] [--partial] A[:KERNEL] B[:KERNEL]"
+local usage = "usage: vsalab compare [--db PATH] [--floor-pct P] [--floor-pct-host P] [--floor-ms MS] [--floor-ms-host MS] [--partial] A[:KERNEL] B[:KERNEL]"
 
 local about = [[
 A is the baseline; a run is an id, latest, latest~N or a revision prefix (4+
@@ -316,7 +319,7 @@ A point is SAME when B/A is within --floor-pct of 1 (default ]] .. M.defaults.fl
   .. [[%) or the
 medians differ by less than --floor-ms (default ]] .. M.defaults.floor_ms .. [[ ms); host-clock (CPU)
 rows use the larger of --floor-pct-host (default ]] .. M.defaults.floor_pct_host .. [[%) and the two runs'
-relative spreads added. Past the floor, SLOW and FAST need the two runs'
+relative spreads added, and --floor-ms-host (default ]] .. M.defaults.floor_ms_host .. [[ ms) as their absolute floor. Past the floor, SLOW and FAST need the two runs'
 sample ranges apart.]]
 
 -- When no point matched: "run A was timed hot, run B sustained: ..." if the
@@ -351,11 +354,13 @@ function M.main(argv)
     ["--floor-pct"] = {key = "floor_pct", check = floor},
     ["--floor-ms"] = {key = "floor_ms", check = floor},
     ["--floor-pct-host"] = {key = "floor_pct_host", check = floor},
+    ["--floor-ms-host"] = {key = "floor_ms_host", check = floor},
     ["--partial"] = {key = "partial", flag = true}}})
   if not o then return refs end
   local opts = {floor_pct = o.floor_pct or M.defaults.floor_pct,
     floor_ms = o.floor_ms or M.defaults.floor_ms, partial = o.partial,
-    floor_pct_host = o.floor_pct_host or M.defaults.floor_pct_host}
+    floor_pct_host = o.floor_pct_host or M.defaults.floor_pct_host,
+    floor_ms_host = o.floor_ms_host or M.defaults.floor_ms_host}
   if #refs ~= 2 then
     local got = #refs == 0 and "none" or (#refs .. ": '" .. table.concat(refs, "', '") .. "'")
     io.stderr:write("vsalab compare: expected two runs, A (the baseline) and B, got ", got, "\n", usage, "\n")

@@ -6,7 +6,9 @@
 -- VSALAB_CASES_BACKENDS=a,b runs those backends alone (run.sh starts one
 -- process a backend, so each gets its own summary line and time);
 -- VSALAB_CASES_ONLY=12 runs those case numbers alone, VSALAB_CASES_SKIP=12
--- every case but those (run.sh runs case 12, the memory-heavy one, apart).
+-- every case but those (run.sh runs case 12, the memory-heavy one, apart);
+-- VSALAB_CASES_BLOCKS=64 runs the cases at those block sizes alone (default:
+-- every supported size).
 local H = require "helpers"
 
 local function env_set(var)
@@ -18,6 +20,13 @@ local function env_set(var)
 end
 local only = env_set("VSALAB_CASES_BACKENDS")
 local only_cases, skip_cases = env_set("VSALAB_CASES_ONLY"), env_set("VSALAB_CASES_SKIP")
+local blocks -- nil: every supported size
+if os.getenv("VSALAB_CASES_BLOCKS") then
+  blocks = {}
+  for w in os.getenv("VSALAB_CASES_BLOCKS"):gmatch("[^,%s]+") do
+    blocks[#blocks + 1] = assert(tonumber(w), "VSALAB_CASES_BLOCKS: block sizes, got '" .. w .. "'")
+  end
+end
 -- The case numbers to run (nil: every case).
 local function case_ids()
   if not only_cases and not skip_cases then return nil end
@@ -31,7 +40,7 @@ end
 describe("#gpu CASES.md on CUDA", function()
   for _, b in ipairs(vsalab.backends.available("cuda")) do
    if (only and only[b.name]) or (not only and not b.variant_of and not b.emulated) then
-    local results = vsalab.cases.run(b, {device = "cuda", seed = H.seed() * 100, only = case_ids(),
+    local results = vsalab.cases.run(b, {device = "cuda", seed = H.seed() * 100, only = case_ids(), blocks = blocks,
       on_result = function(r) io.stderr:write(vsalab.cases.format(r), "\n") end})
     for _, r in ipairs(results) do
       it(b.name .. ": " .. vsalab.cases.format(r):sub(1, 100), function()

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.." || exit 2
 steps_table='quick|all|SASS census of the main kernels (HGMMA, spills, setmaxnreg, TMA); every sm90a version against the reference on small shapes; fixed-point launches bitwise. A failure stops the run
 specs|all|every tests/gpu/*_spec.lua but plugin_spec, each in its own process, side by side but bench_spec; cases_spec once per default backend (list_backends.lua default), case 12 in one more process
 sanitize|all|compute-sanitizer on one small call: memcheck on every backend (emulated ones too), racecheck and synccheck on the dq-modes kernels
-sm100emu|all|the Blackwell backward over the emulated tcgen05 layer: ladder rungs 1-2, every kernel path against the reference, 20 launches bitwise, every CASES case but 12 with a tenth of the launches (EMU_CASES_SKIP, EMU_LAUNCHES_SCALE)
+sm100emu|all|the Blackwell backward over the emulated tcgen05 layer: ladder rungs 1-2, every kernel path against the reference at blocks 64 and 128, 20 launches bitwise, every CASES case but 12 with a tenth of the launches (EMU_CASES_SKIP, EMU_LAUNCHES_SCALE)
 plugins|all|the example CUDA plug-in: plugin_spec (cases, graph capture), a sweep beside sm90a in hot and graph timing, a faulting plug-in
 peers|all|every installed peer (FastVideo Triton; cuDNN BSA and FA4 from .peers/) beside the default kernels on identical inputs, 4k and 16k (PEERS_ARGS; skipped in all when .peer is absent)
 bsa|-|cuDNN BSA (and FA4 where it runs) beside sm90a and Triton: wan720p and seed_sweep with peers=, every row checked (BSA_ARGS; needs .peers/ from scripts/peers.sh)
@@ -415,9 +415,11 @@ step_specs() {
     queue_spec tests/gpu/cases_spec.lua "cases_spec.lua:$b" VSALAB_CASES_BACKENDS="$b" VSALAB_CASES_SKIP=12
   done
   # Case 12 (2^31-element tensors, tens of GB of GPU memory) in one more
-  # process, one backend after the other, beside the rest.
+  # process, one backend after the other, beside the rest; at block 64
+  # here (its offsets are the same token counts at 128), both sizes in the
+  # case12 step.
   queue_spec tests/gpu/cases_spec.lua "cases_spec.lua case 12" \
-    VSALAB_CASES_BACKENDS="$(joined <<< "$defaults")" VSALAB_CASES_ONLY=12
+    VSALAB_CASES_BACKENDS="$(joined <<< "$defaults")" VSALAB_CASES_ONLY=12 VSALAB_CASES_BLOCKS=64
   run_queue
   # Alone: the bench's specs time on the GPU.
   spec tests/gpu/bench_spec.lua
@@ -459,6 +461,8 @@ sm100emu_common() {
   queue_check "tcgen05 ladder rungs 1-2, emulated" "$tests_bin/tcgen05_ladder_emu"
   queue_check "every kernel path against the reference, 20 launches bitwise (sm100a_emu.lua)" \
     env VSALAB_SM100_EMU=1 "$bin" run tests/gpu/sm100a_emu.lua
+  queue_check "the 128-token kernel against the reference and the oracle, 20 launches bitwise (sm100a_emu_b128.lua)" \
+    env VSALAB_SM100_EMU=1 "$bin" run tests/gpu/sm100a_emu_b128.lua
 }
 
 step_sm100emu() {

@@ -253,6 +253,28 @@ describe("vsalab compare of host-clock rows", function()
     os.execute("rm -rf " .. dir)
   end)
 
+  it("judges a host call of a few microseconds by --floor-ms-host, not by its ratio", function()
+    -- A cold first CPU inversion: 8.8 µs, then 0.7 µs (12x, ranges apart).
+    local dir = H.tmpdir()
+    local path = dir .. "/us.db"
+    local db = vsalab.db_open(path)
+    local a = host_run(db, {{0.0088, 0.0080, 0.0095}})
+    local b = host_run(db, {{0.0007, 0.0006, 0.0008}})
+    local c = host_run(db, {{0.2, 0.19, 0.21}})
+    db:close()
+    local rc, out = H.vsalab("compare --db " .. path .. " " .. a .. " " .. b)
+    assert.equal(0, rc, out)
+    assert.truthy(out:find("SAME 1  FAST 0  SLOW 0", 1, true), out)
+    -- Past the host floor a slowdown still counts: 8.8 µs to 0.2 ms.
+    local rc2, out2 = H.vsalab("compare --db " .. path .. " " .. a .. " " .. c)
+    assert.equal(1, rc2, out2)
+    -- And the floor is the user's to set.
+    local rc3, out3 = H.vsalab("compare --floor-ms-host 0.001 --db " .. path .. " " .. a .. " " .. b)
+    assert.equal(0, rc3, out3)
+    assert.truthy(out3:find("FAST 1", 1, true), out3)
+    os.execute("rm -rf " .. dir)
+  end)
+
   it("says SAME for two identical CPU smoke runs on a host busy on every core", function()
     local dir = H.tmpdir()
     local db = dir .. "/busy.db"

@@ -236,7 +236,7 @@ describe("the case runner's report of a backward that raises", function()
     -- As a failing peer does: every call raises.
     local failing = {name = "failing", run = function() error("peer exited with status 3") end}
     local seed = H.seed()
-    local res = vsalab.cases.run(failing, {device = "cpu", seed = seed, only = {2}})
+    local res = vsalab.cases.run(failing, {device = "cpu", seed = seed, only = {2}, blocks = {64}})
     assert.is_true(#res >= 1)
     for _, r in ipairs(res) do
       local line = vsalab.cases.format(r)
