@@ -115,6 +115,19 @@ function M.run_config(e, i, c, device, seed, rows, n)
     else
       pre = check.spot_refs(p, e.check)
     end
+    -- A plug-in or peer asked for that does not take this point (a block
+    -- size, a head dim) gets a skipped row saying why, not silence.
+    for _, b in ipairs(backends.list) do
+      if b.origin and b.supported and not (e.kernels and not e.kernels[b.name])
+          and not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name)
+          and not done[b.name] then
+        local ok, why = b.supported(device, p)
+        if not ok then
+          M.backend_failed(e, c, p, b, hash, "backend " .. b.name .. " skipped: " .. tostring(why),
+            device, rows, label, i, n)
+        end
+      end
+    end
     for _, b in ipairs(backends.available(device, p)) do
       if not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name)
           and not done[b.name] and not (e.kernels and not e.kernels[b.name]) then

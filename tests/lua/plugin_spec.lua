@@ -289,3 +289,22 @@ describe("plugin= on the command line", function()
     end
   end)
 end)
+
+describe("a plug-in at a block size it does not take", function()
+  it("gets a skipped row saying why, not silence", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/b128.db"
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua plugin="
+      .. lib .. " -a 'block=[128]' -a 'density=[0.5]'")
+    assert.equal(0, rc, err)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT passed, note FROM result WHERE kernel = 'vsalab_example_cpu'")
+    d:close()
+    assert.is_true(#rows > 0, "no row for the plug-in")
+    for _, r in ipairs(rows) do
+      assert.is_nil(r.passed)
+      assert.truthy(tostring(r.note):find("skipped: block 128", 1, true), tostring(r.note))
+    end
+    os.execute("rm -rf " .. dir)
+  end)
+end)
