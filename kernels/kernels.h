@@ -107,7 +107,7 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
  * at once stays in L2 at long sequences; dK/dV partials pass between a kv
  * block's chunks in chunk order (deterministic). Returns
  * cudaErrorInvalidValue for shapes or options it does not take (s->block
- * other than 64 among them).
+ * other than 64 and 128 among them; 128 runs on 64-token sub-block lists).
  */
 typedef enum {
   VSA_SM90A_ATOMIC = 0,

@@ -10,7 +10,7 @@ local M = {}
 -- Options every experiment takes (M.args applies them): plugin=PATH
 -- loads a plug-in backward (plugin_symbol=, default vsalab_backward;
 -- plugin_name=, default from the file name), peers=NAME[,NAME] registers
--- external peers (vsalab.backends.peer: triton, numpy, lua-ref).
+-- external peers (vsalab.backends.peer: triton, cudnn_bsa, fa4, numpy, lua-ref).
 M.common_args = {plugin = true, plugin_symbol = true, plugin_name = true, peers = true}
 
 local function apply_common(c)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """triton_peer.py — time FastVideo's public Triton VSA backward and its k2q
 inversion (the measuring stick of docs/ANCHORS.md) on the GPU machine,
-in the same device call as vsalab's own kernels, and re-measure the dense
+right after vsalab's own kernels on the same GPU, and re-measure the dense
 anchors (PyTorch SDPA cuDNN/FA2 backward, bf16 GEMM 8192^3).
 
 Needs the peer files: run tests/gpu/fetch_peer.sh on the development machine
