@@ -40,12 +40,12 @@ if [[ " ${opts[*]} " != *" --check "* ]]; then
   if ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "main-job.sh: no NVIDIA driver here (nvidia-smi not found): the main job runs on a GPU." >&2
     echo "  Run it on a GPU host; on this machine, build/vsalab run experiments/smoke.lua runs the same flow on the CPU." >&2
-    exit 1
+    exit 2
   fi
   if ! gpus=$(nvidia-smi -L 2>&1) || ! grep -q '^GPU [0-9]' <<<"$gpus"; then
     echo "main-job.sh: nvidia-smi finds no GPU here (${gpus:-no output}): the main job runs on a GPU." >&2
     echo "  Run it on a GPU host; on this machine, build/vsalab run experiments/smoke.lua runs the same flow on the CPU." >&2
-    exit 1
+    exit 2
   fi
 fi
 cd "$(dirname "$0")/.."

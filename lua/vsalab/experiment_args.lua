@@ -176,6 +176,13 @@ function M.kernel_set(device, spec, with_reference)
         usage.error("argument 'kernels': '" .. name .. "' stands alone; it cannot be listed with names")
       end
       local okg = pcall(backends.get, name)
+      -- The deterministic variants became the defaults (2026-12-04):
+      -- sm90a-det is sm90a, sm90a-v4-det sm90a-v4.
+      local was = not okg and name:match("^(sm90a.-)%-det$")
+      if was and pcall(backends.get, was) then
+        usage.error("argument 'kernels': '" .. name .. "' is now '" .. was .. "' (fixed-point dQ, the "
+          .. "same bits every run, is the default; the fp32 mode is '" .. was .. "-fp32')")
+      end
       if not okg then
         local known = {}
         for _, b in ipairs(backends.list) do known[#known + 1] = b.name end

@@ -14,6 +14,11 @@ describe("experiment arguments", function()
     assert.falsy(err:find("check out", 1, true), err)
   end
 
+  it("names what an old -det kernel is called now", function()
+    refused("smoke.lua kernels=sm90a-det", "'sm90a-det' is now 'sm90a' (fixed-point dQ, the same bits every run, is the default; the fp32 mode is 'sm90a-fp32')")
+    refused("smoke.lua kernels=reference,sm90a-v4-det", "'sm90a-v4-det' is now 'sm90a-v4'")
+  end)
+
   it("refuses counts that are not integers in range (--check passed them; the GPU run failed later)", function()
     refused("wan720p.lua check_heads=abc", "argument 'check_heads': expected an integer >= 1, got 'abc'")
     refused("wan720p.lua check_blocks=0", "argument 'check_blocks': expected an integer >= 1, got '0'")
