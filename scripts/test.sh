@@ -24,6 +24,6 @@ start=$SECONDS
 VSALAB_BUILD_LOG="$PWD/build/test-build.log" scripts/setup.sh
 cd build
 rc=0
-"${busy[@]}" ctest --output-on-failure --timeout 1500 || rc=$?
+"${busy[@]}" ctest --output-on-failure --timeout 3000 || rc=$?
 echo "test.sh: $((SECONDS - start)) s in all (build and tests); ctest exit status $rc"
 exit "$rc"
