@@ -69,21 +69,26 @@ case $cmd in
     ls -l "$3"
     echo "peers.sh: $(du -cb "$3"/peers.tar.xz.* | tail -1 | cut -f1) bytes in $(ls "$3"/peers.tar.xz.* | wc -l) parts" ;;
   install)
-    rm -rf "$dest"
-    if [ -z "${2:-}" ]; then
-      "$py" -m pip install --no-deps --target "$dest" $(pins)
-    elif [ -f "$2/peers.sha256" ]; then
-      (cd "$2" && sha256sum -c --quiet peers.sha256) || die "install: the parts in $2 do not match peers.sha256"
-      tmp=$(mktemp -d "$root/.peers-unpack.XXXXXX")
-      trap 'rm -rf "$tmp"' EXIT
-      cat "$2"/peers.tar.xz.* | xz -d | tar -C "$tmp" -xf -
-      mv "$tmp/peers" "$dest"
-    elif ls "$2"/*.whl > /dev/null 2>&1; then
-      "$py" -m pip install --no-index --no-deps --target "$dest" "$2"/*.whl
-      trim "$dest"
-    else
+    # The new install is made beside .peers/ and replaces it only once it is
+    # complete: a mistyped folder or a failed pip left no .peers/ at all.
+    [ $# -lt 2 ] || [ -n "$2" ] || die "install: an empty folder name (no folder: from the registry)"
+    if [ -n "${2:-}" ] && [ ! -f "$2/peers.sha256" ] && ! ls "$2"/*.whl > /dev/null 2>&1; then
       die "install: $2 holds neither peers.tar.xz parts (pack) nor wheels (download)"
     fi
+    tmp=$(mktemp -d "$root/.peers-new.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    if [ -z "${2:-}" ]; then
+      "$py" -m pip install --no-deps --target "$tmp/peers" $(pins)
+    elif [ -f "$2/peers.sha256" ]; then
+      (cd "$2" && sha256sum -c --quiet peers.sha256) || die "install: the parts in $2 do not match peers.sha256"
+      cat "$2"/peers.tar.xz.* | xz -d | tar -C "$tmp" -xf -
+    else
+      "$py" -m pip install --no-index --no-deps --target "$tmp/peers" "$2"/*.whl
+      trim "$tmp/peers"
+    fi
+    [ -d "$tmp/peers" ] || die "install: nothing was installed (.peers/ left as it was)"
+    rm -rf "$dest"
+    mv "$tmp/peers" "$dest"
     echo "peers.sh: installed into .peers/ ($(du -sh "$dest" | cut -f1)); check with: scripts/peers.sh check" ;;
   trim) trim "${2:-$dest}" ;;
   check)

@@ -30,7 +30,8 @@ function M.normalise_lists(c)
   return c
 end
 
--- A point's density that problem.build would reject (src/bindings/l_bsa.c: (0, 1]
+-- A point's block size, Sq/Skv off its block, or density that
+-- problem.build would reject (density: src/bindings/l_bsa.c, (0, 1]
 -- unless topk is given), raised as a usage error naming the argument before
 -- anything is built or logged: `-a density=2` is a typo, not a failed run.
 -- (Other fields stay the build's to refuse: scripts and reruns build
@@ -39,6 +40,18 @@ function M.check_point(c)
   if c.block ~= nil and not require("vsalab.blocks").supported(c.block) then
     usage.error(string.format("argument 'block': expected a block size (%s), got %s",
       require("vsalab.blocks").text(), tostring(c.block)))
+  end
+  -- Each -a axis is checked alone (Sq a multiple of 64); the pair is
+  -- checked here: -a Sq=192 -a block=128 passed --check, and every point
+  -- of the GPU run then failed in problem.build.
+  if c.block ~= nil then
+    for _, name in ipairs{"Sq", "Skv"} do
+      local n = c[name]
+      if type(n) == "number" and n % c.block ~= 0 then
+        usage.error(string.format("argument '%s': %s is not a multiple of the block size %d "
+          .. "(a point of -a block=%d)", name, tostring(n), c.block, c.block))
+      end
+    end
   end
   if c.density ~= nil and c.topk == nil
       and not (type(c.density) == "number" and c.density > 0 and c.density <= 1) then

@@ -56,6 +56,9 @@ local function log_tail(dir, n)
   local text = core.read_regular(dir .. "/peer.log", 16384, true)
   local t = tail_lines(text, n)
   if #t > 2000 then t = "..." .. t:sub(-2000) end
+  -- The tail goes to the terminal and into the row's note: a peer's escape
+  -- sequences (clear screen, window title) are shown, not obeyed.
+  t = t:gsub("%c", function(c) return string.format("\\x%02x", c:byte()) end)
   return t
 end
 
@@ -154,7 +157,9 @@ function M.call(b, p, bench)
     core.proc_close(err_fd)
     if not okw then error(werr, 0) end
     if how == "exit" and code == 3 then -- the peer's library cannot take this point
-      error(string.format("backend %s skipped: %s", b.name, (log_tail(dir, 1):gsub("^skip: ", ""))), 0)
+      local why = log_tail(dir, 1):gsub("^skip: ", "")
+      if why:match("^%s*$") then why = "the peer exited with status 3 (cannot run this point) and printed no reason" end
+      error(string.format("backend %s skipped: %s", b.name, why), 0)
     end
     if how ~= "exit" or code ~= 0 then
       error(string.format("backend %s failed: peer %s: %s", b.name,

@@ -109,8 +109,11 @@ function M.build(s)
   end
   local block = s.block == nil and blocks.default or s.block
   if not blocks.supported(block) then
+    -- A string "128" read as the number it spells: "block size 128 is not
+    -- supported" then contradicted the list beside it.
     error(string.format("problem.build: block size %s is not supported (supported: %s)",
-      tostring(block), blocks.text()), 2)
+      type(block) == "string" and string.format("%q (a string; give the number)", block) or tostring(block),
+      blocks.text()), 2)
   end
   local vbs, Sq, Skv
   if s.latent then
@@ -121,11 +124,18 @@ function M.build(s)
   else
     Sq = assert(s.Sq, "Sq (or latent) is required")
     Skv = s.Skv or Sq
-    for name, v in pairs{Sq = Sq, Skv = Skv} do
+    -- Sq first: a bad Sq is also the default Skv, and the error names what was given.
+    for _, name in ipairs{"Sq", "Skv"} do
+      local v = name == "Sq" and Sq or Skv
       if type(v) ~= "number" or v <= 0 or v % block ~= 0 then
         error(string.format("problem.build: %s = %s is not a positive multiple of the block size %d",
           name, tostring(v), block), 2)
       end
+    end
+    -- vbs of another block size failed later as 'q2k_num: expected shape ...'.
+    if core.is_tensor(s.vbs) and not (s.vbs.ndim == 1 and s.vbs.shape[1] == Skv / block) then
+      error(string.format("problem.build: vbs: expected shape [%d] (Skv %d / block %d), got [%s]",
+        Skv / block, Skv, block, table.concat(s.vbs.shape, ",")), 2)
     end
     vbs = s.vbs or core.full({Skv / block}, block, {dtype = "i32", device = dev})
   end

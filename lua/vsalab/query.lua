@@ -184,11 +184,20 @@ function M.main(argv)
       for _, r in ipairs(rows) do
         local okj, list = pcall(json.decode, r.args or "[]")
         if okj and type(list) == "table" then
-          for i, v in ipairs(list) do
-            v = tostring(v)
-            list[i] = (v == "" or v:find("[^%w%%+,./:=@_%-]")) and ("'" .. v:gsub("'", "'\\''") .. "'") or v
+          -- vsalab writes strings only; another writer's null (nil here:
+          -- a hole that ended ipairs and broke concat) or nested value
+          -- shows as its JSON.
+          local words = {}
+          for i = 1, table.maxn(list) do
+            local v = list[i]
+            if v == nil then v = "null"
+            elseif type(v) == "table" then
+              local oke, text = pcall(json.encode, v)
+              v = oke and text or tostring(v)
+            else v = tostring(v) end
+            words[i] = (v == "" or v:find("[^%w%%+,./:=@_%-]")) and ("'" .. v:gsub("'", "'\\''") .. "'") or v
           end
-          r.args = table.concat(list, " ")
+          r.args = table.concat(words, " ")
         end
       end
     end

@@ -14,16 +14,32 @@ local M = {}
 -- Fields shown of one table before "... (N more)".
 M.max_fields = 40
 
+-- The __tostring of v's metatable, if any. A protected metatable
+-- (__metatable = "locked") is what getmetatable returns: not a table.
+local function tostring_method(v)
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__tostring") or nil
+end
+
+-- tostring(v), or what went wrong when its __tostring raises or returns
+-- no string: one bad value must not hide the rest of a table.
+local function safe_tostring(v)
+  local ok, s = pcall(tostring, v)
+  if ok and (type(s) == "string" or type(s) == "number") then return tostring(s) end
+  return string.format("<%s: __tostring %s>", type(v),
+    ok and ("returned a " .. type(s)) or ("raised: " .. tostring(s)))
+end
+
 -- A value inside a table printed one level deep: strings quoted, a nested
 -- table by its size, the rest through tostring.
 local function inner(v)
   if type(v) == "string" then return string.format("%q", v) end
-  if type(v) == "table" and not (getmetatable(v) and rawget(getmetatable(v), "__tostring")) then
+  if type(v) == "table" and not tostring_method(v) then
     local n = 0
     for _ in next, v do n = n + 1 end
     return n == 0 and "{}" or string.format("{...%d}", n)
   end
-  return tostring(v)
+  return safe_tostring(v)
 end
 
 local function key_text(k)
@@ -55,17 +71,35 @@ function M.show_table(t)
   return "{" .. table.concat(parts, ", ") .. "}"
 end
 
+-- A query result (db:q rows): its .columns a non-empty list of names.
+-- Any other table with a `columns` field is shown as a table.
+local function is_rows(v)
+  local c = rawget(v, "columns")
+  if type(c) ~= "table" or #c == 0 then return false end
+  for _, name in ipairs(c) do
+    if type(name) ~= "string" then return false end
+  end
+  -- Rows of SQL values: text, numbers, booleans, NULL (nil).
+  local sql = {string = true, number = true, boolean = true, ["nil"] = true}
+  for _, row in ipairs(v) do
+    if type(row) ~= "table" then return false end
+    for _, name in ipairs(c) do
+      if not sql[type(rawget(row, name))] then return false end
+    end
+  end
+  return true
+end
+
 function M.print(...)
   for i = 1, select("#", ...) do
     local v = select(i, ...)
-    local mt = type(v) == "table" and getmetatable(v)
-    if type(v) == "table" and type(rawget(v, "columns")) == "table" then
+    if type(v) == "table" and is_rows(v) then
       if #v == 0 then print(string.format("(no rows; columns: %s)", table.concat(v.columns, ", ")))
       else require("vsalab.query").print_rows(v, v.columns, "table") end
-    elseif type(v) == "table" and not (type(mt) == "table" and rawget(mt, "__tostring")) then
+    elseif type(v) == "table" and not tostring_method(v) then
       print(M.show_table(v))
     else
-      print(v)
+      print(safe_tostring(v))
     end
   end
 end

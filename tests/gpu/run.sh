@@ -106,6 +106,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 bin=build/vsalab
+given_bin=
 if [ $# -gt 0 ] && ! is_step "$(canonical "$1")" && ! is_group "$1"; then
   # The binary: a path (a name with a slash, or a file that is there); a
   # bare word is a mistyped step, not a binary to run (wan720 for wan720p).
@@ -114,11 +115,23 @@ if [ $# -gt 0 ] && ! is_step "$(canonical "$1")" && ! is_group "$1"; then
     exit 2
   fi
   bin=$1
+  given_bin=$1
   shift
 fi
 # A path given relative to where run.sh was started.
 absolute() { if [[ $1 != /* ]] && [ -e "$start_dir/$1" ]; then echo "$start_dir/$1"; else echo "$1"; fi; }
 bin=$(absolute "$bin")
+# A first word that is no step, group or file: a mistyped step ('quik'),
+# which was taken for the binary (a dry run then printed every step of all
+# and exited 0; a real run said there was no binary).
+if [ -n "$given_bin" ] && [ ! -e "$bin" ]; then
+  if [[ $given_bin != */* ]]; then
+    echo "run.sh: no step or group '$given_bin', and no vsalab binary of that name (tests/gpu/run.sh --list names the steps)" >&2
+  else
+    echo "run.sh: no vsalab binary at $given_bin (build it, or pass its path first)" >&2
+  fi
+  exit 2
+fi
 [ -z "${OLD:-}" ] || OLD=$(absolute "$OLD")
 selected=()
 explicit=" "

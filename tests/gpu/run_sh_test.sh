@@ -144,6 +144,16 @@ want_rc nogpu 2
 has nogpu "no NVIDIA GPU or driver found"
 run_suite nobin -- "$tmp/none/vsalab" quick
 want_rc nobin 2
+# A mistyped step first is no binary: exit 2 naming it, in a dry run too
+# (it printed every step of all and exited 0).
+PATH=$nogpu_path "$runner" --dry-run quik > "$tmp/typo.txt" 2>&1
+rc=$?
+want_rc typo 2
+has typo "no step or group 'quik'"
+PATH=$nogpu_path "$runner" --dry-run "$tmp/none/vsalab" quick > "$tmp/drynobin.txt" 2>&1
+rc=$?
+want_rc drynobin 2
+has drynobin "no vsalab binary at $tmp/none/vsalab"
 
 # --- green: a line per spec file and per step, exit 0 -----------------------
 run_suite green -- "$fake" quick specs

@@ -70,6 +70,14 @@ describe("experiment arguments", function()
     refused("wan720p.lua block=128", "argument 'block': block is an axis of the sweep: give it as -a block=128")
   end)
 
+  it("refuses an Sq that is not a multiple of a point's block size (each -a alone checked out)", function()
+    refused("seed_sweep.lua -a Sq=192 -a block=128",
+      "argument 'Sq': 192 is not a multiple of the block size 128 (a point of -a block=128)")
+    refused("seed_sweep.lua -a Sq=[256,320] -a block=[64,128]", "argument 'Sq': 320 is not a multiple of the block size 128")
+    local rc, _, err = H.vsalab("run --check --db " .. dir .. "/a.db " .. exp .. "seed_sweep.lua -a Sq=[256,384] -a block=[64,128]")
+    assert.equal(0, rc, err)
+  end)
+
   it("says an axis given as key=value wants -a, and names a bad -a flag or an -a without values", function()
     refused("wan720p.lua H=40", "argument 'H': H is an axis of the sweep: give it as -a H=40")
     refused("seed_sweep.lua density=0.1", "argument 'density': density is an axis of the sweep: give it as -a density=0.1")

@@ -161,6 +161,25 @@ describe("external backends", function()
     vsalab.problem.free(p)
   end)
 
+  it("show a peer's control characters escaped, and say so when a skipping peer gives no reason", function()
+    -- A peer's last line reached the terminal raw (ESC[2J cleared it, ESC]0;
+    -- retitled the window), and a silent exit 3 left the note 'skipped: '.
+    local p = vsalab.problem.build{B = 1, H = 1, Sq = 128, D = 16, density = 0.5, seed = H.seed(), device = "cpu"}
+    local function err(name, script)
+      local b = vsalab.backends.external{name = name, cmd = {"/bin/sh", "-c", script}}
+      local e = H.err(b.run, p)
+      vsalab.backends.unregister(name)
+      return e
+    end
+    local e = err("esc3", "printf 'skip: \\033[2J\\033]0;title\\007 no\\n'; exit 3")
+    assert.equal("backend esc3 skipped: \\x1b[2J\\x1b]0;title\\x07 no", e)
+    e = err("esc1", "printf 'bad\\033[31m red\\r\\n'; exit 1")
+    assert.equal("backend esc1 failed: peer exited with status 1: bad\\x1b[31m red\\x0d", e)
+    e = err("silent3", "exit 3")
+    assert.equal("backend silent3 skipped: the peer exited with status 3 (cannot run this point) and printed no reason", e)
+    vsalab.problem.free(p)
+  end)
+
   it("fail the point with the peer's message when it exits, writes garbage or NaN", function()
     for fault, want in pairs{exit = "failing on purpose", garbage = "not a .npy file",
         mode = "timing.json: mode 'warm' is not hot, cold, graph or sustained"} do

@@ -39,6 +39,19 @@ describe("result queries", function()
     assert.truthy(js:find('"gpu_name":"cpu: ', 1, true), js)
   end)
 
+  it("lists args another writer stored with nulls or nested values, as their JSON", function()
+    -- [null, "a"] made `vsalab runs` end in a traceback (a hole in the
+    -- decoded list broke table.concat); nested values read 'table: 0x...'.
+    local adb = dir .. "/oddargs.db"
+    assert.equal(0, (H.vsalab("run --db " .. adb .. " " .. H.root .. "/experiments/smoke.lua -a 'density=[0.5]' kernels=reference")))
+    local d = vsalab.db_open(adb)
+    d:q([[UPDATE run SET args = '[null,"x y",[1,2],{"k":"v"},true]']])
+    d:close()
+    local rc, out, err = H.vsalab("runs --db " .. adb)
+    assert.equal(0, rc, err)
+    assert.truthy(out:find(" null 'x y' '[1,2]' '{\"k\":\"v\"}' true ", 1, true), out)
+  end)
+
   it("says where it looked for a DB that is not there, and how to make one", function()
     local cwd = H.tmpdir()
     local rc, out, err = H.sh("cd " .. cwd .. " && " .. H.exe .. " runs")

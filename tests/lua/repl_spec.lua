@@ -243,3 +243,44 @@ describe("vsalab repl", function()
     tmux("send-keys -t t C-d")
   end)
 end)
+
+describe("the REPL's printing of values", function()
+  local repl = require "vsalab.repl"
+  -- What repl.print(...) writes, one string a line.
+  local function shown(...)
+    -- The module's own globals (busted runs a spec in an environment of its own).
+    local env = getfenv(repl.print)
+    local lines, real = {}, env.print
+    env.print = function(...)
+      local parts = {}
+      for i = 1, select("#", ...) do parts[i] = tostring((select(i, ...))) end
+      lines[#lines + 1] = table.concat(parts, "\t")
+    end
+    local ok, e = pcall(repl.print, ...)
+    env.print = real
+    assert(ok, e)
+    return table.concat(lines, "\n")
+  end
+
+  it("shows a value whose __tostring raises, or whose metatable is locked, inside a table too", function()
+    -- Either one made the whole line's result 'error printing results'.
+    local bad = setmetatable({}, {__tostring = function() error("boom", 0) end})
+    local locked = setmetatable({1}, {__metatable = "locked"})
+    assert.equal("<table: __tostring raised: boom>", shown(bad))
+    assert.equal("{<table: __tostring raised: boom>, 3}", shown({bad, 3}))
+    assert.equal("{[<table: __tostring raised: boom>] = 1}", shown({[bad] = 1}))
+    assert.equal("{{...1}}", shown({locked}))
+    assert.equal("{1}", shown(locked))
+    assert.equal("42", shown(setmetatable({}, {__tostring = function() return 42 end})))
+    assert.equal("<table: __tostring returned a table>", shown(setmetatable({}, {__tostring = function() return {} end})))
+  end)
+
+  it("shows query rows as a table, and any other table with a 'columns' field as a table", function()
+    -- {columns = {}, {a = 1}} printed blank lines; a 'columns' list holding
+    -- a table raised in table.concat.
+    assert.equal("{{...1}, columns = {}}", shown({columns = {}, {a = 1}}))
+    assert.equal("{{...1}, columns = {...2}}", shown({columns = {"a", {}}, {a = 1}}))
+    assert.equal("{{...1}, columns = {...1}}", shown({columns = {"a"}, {a = {}}}))
+    assert.equal("(no rows; columns: a, b)", shown({columns = {"a", "b"}}))
+  end)
+end)

@@ -76,6 +76,25 @@ describe("robustness", function()
     assert.truthy(e:find("unknown field 'lsits'", 1, true), e)
   end)
 
+  it("names what problem.build was given: a block size as a string, a bad Sq, vbs of another block size", function()
+    local base = {H = 1, D = 16, topk = 1, seed = 1, device = "cpu"}
+    local function build(extra)
+      local s = {}
+      for k, v in pairs(base) do s[k] = v end
+      for k, v in pairs(extra) do s[k] = v end
+      return H.err(vsalab.problem.build, s)
+    end
+    -- Once "block size 128 is not supported (supported: 64, 128)".
+    local e = build{Sq = 256, block = "128"}
+    assert.truthy(e:find('block size "128" (a string; give the number) is not supported', 1, true), e)
+    -- Once "Skv = 192 ...": the Sq given is the default Skv.
+    e = build{Sq = 192, block = 128}
+    assert.truthy(e:find("problem.build: Sq = 192 is not a positive multiple of the block size 128", 1, true), e)
+    -- Once "q2k_num: expected shape [1,1,4], got [1,1,2]", from the forward.
+    e = build{Sq = 256, block = 128, vbs = vsalab.full({4}, 64, {dtype = "i32"})}
+    assert.truthy(e:find("problem.build: vbs: expected shape [2] (Skv 256 / block 128), got [4]", 1, true), e)
+  end)
+
   it("bounds seeds and sm_scale to what the arithmetic keeps exact", function()
     assert.truthy(H.err(function() vsalab.zeros({2}):fill_randn{seed = 2^64} end):match("2%^53"))
     assert.truthy(H.err(vsalab.random_topk, {B = 1, H = 1, nq = 2, nkv = 2, topk = 1, seed = math.huge}):match("2%^53"))
