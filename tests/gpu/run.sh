@@ -108,12 +108,6 @@ done
 bin=build/vsalab
 given_bin=
 if [ $# -gt 0 ] && ! is_step "$(canonical "$1")" && ! is_group "$1"; then
-  # The binary: a path (a name with a slash, or a file that is there); a
-  # bare word is a mistyped step, not a binary to run (wan720 for wan720p).
-  if [[ $1 != */* ]] && [ ! -e "$1" ]; then
-    echo "run.sh: no step or group '$1' (tests/gpu/run.sh --list names them; a binary is given by its path)" >&2
-    exit 2
-  fi
   bin=$1
   given_bin=$1
   shift
