@@ -2,13 +2,14 @@
 -- check (the GPU specs run the same through busted; this is the readable
 -- report, what tests/gpu/run.sh's sm100emu, sm100emu-full, case12 and
 -- blackwell steps run):
---   build/vsalab run tests/gpu/cases.lua [--only=1,2,...] [--skip=12,...] [--launches-scale=X] BACKEND...
+--   build/vsalab run tests/gpu/cases.lua [--only=1,2,...] [--skip=12,...] [--launches-scale=X] [--blocks=64,128] BACKEND...
 -- --only: these case numbers alone (docs/CASES.md); --skip: every case but
 -- these; --launches-scale: the repeated-launch cases (8: 50 launches, 10:
--- 2000) run X times as many, at least 2. Exits non-zero when a check fails
+-- 2000) run X times as many, at least 2; --blocks: these block sizes
+-- alone (default: every supported size). Exits non-zero when a check fails
 -- or a backend is unavailable, 2 on a usage error.
 local usage = require "vsalab.usage"
-local help = "usage: vsalab run tests/gpu/cases.lua [--only=1,2,...] [--skip=12,...] [--launches-scale=X] BACKEND..."
+local help = "usage: vsalab run tests/gpu/cases.lua [--only=1,2,...] [--skip=12,...] [--launches-scale=X] [--blocks=64,128] BACKEND..."
 local n_cases = #vsalab.cases.list
 
 -- The case numbers of a comma list (opt names the option in errors).
@@ -25,12 +26,23 @@ local function case_list(opt, v)
   return t
 end
 
-local names, only, skip, scale = {}, nil, nil, nil
+local names, only, skip, scale, blocks = {}, nil, nil, nil, nil
 for _, a in ipairs{...} do
   local o = a:match("^%-%-only=(.*)$")
   local k = a:match("^%-%-skip=(.*)$")
   local s = a:match("^%-%-launches%-scale=(.*)$")
-  if o then
+  local bl = a:match("^%-%-blocks=(.*)$")
+  if bl then
+    blocks = {}
+    for w in bl:gmatch("[^,]+") do
+      local n = tonumber(w)
+      if not (n and require("vsalab.blocks").supported(n)) then
+        usage.error("cases.lua: --blocks takes block sizes (" .. require("vsalab.blocks").text() .. "), got '" .. w .. "'")
+      end
+      blocks[#blocks + 1] = n
+    end
+    if #blocks == 0 then usage.error("cases.lua: --blocks names no block size") end
+  elseif o then
     only = case_list("--only", o)
   elseif k then
     skip = case_list("--skip", k)
@@ -68,7 +80,7 @@ for _, name in ipairs(names) do
   else
     local t0 = os.time()
     local res = vsalab.cases.run(name, {device = "cuda", seed = os.time(), only = only,
-      launches_scale = scale, on_result = function(r) print(vsalab.cases.format(r)) end})
+      launches_scale = scale, blocks = blocks, on_result = function(r) print(vsalab.cases.format(r)) end})
     local n_bad = 0
     for _, r in ipairs(res) do if not r.passed then n_bad = n_bad + 1 end end
     print(string.format("%s: %d of %d checks passed (%d s)", name, #res - n_bad, #res, os.time() - t0))

@@ -126,9 +126,14 @@ describe("#gpu reference at block 128", function()
       g[k] = p[k]:to("cuda")
     end
     local o_g, lse_g = vsalab.forward_ref(g.q, g.k, g.v, g.q2k_idx, g.q2k_num, g.vbs)
-    assert.is_true(vsalab.compare(o_g, o_c).rel_l2 < 1e-5)
+    -- o is bf16: two fp32 sums in another order round a few elements one
+    -- bf16 ulp (2^-8) apart, so o is held to 1e-3 (the block-64 spec: 1e-2);
+    -- lse (fp32) and the fp32 gradients below to 1e-4 and 1e-5.
+    local oc = vsalab.compare(o_g, o_c)
+    assert(oc.rel_l2 < 1e-3 and oc.nonfinite == 0, "o GPU vs CPU rel L2 " .. oc.rel_l2)
     local lc = vsalab.compare(lse_g, lse_c)
-    assert.is_true(lc.max_abs < 1e-4 and lc.nonfinite == 0, tostring(lc.max_abs))
+    assert(lc.max_abs < 1e-4 and lc.nonfinite == 0, "lse GPU vs CPU max |a-b| " .. lc.max_abs
+      .. ", nonfinite " .. lc.nonfinite)
     local cpu = {vsalab.backward_ref(p.dO, p.q, p.k, p.v, o_c, lse_c, p.k2q_idx, p.k2q_num, p.vbs,
       {out_dtype = "f32"})}
     local gpu = {vsalab.backward_ref(g.dO, g.q, g.k, g.v, o_g, lse_g, g.k2q_idx, g.k2q_num, g.vbs,
@@ -139,24 +144,35 @@ describe("#gpu reference at block 128", function()
       local c = vsalab.compare(gpu[i], cpu[i])
       print(string.format("\n[ref128] %s GPU vs CPU rel L2 %.2e, vs fp64 %.2e", name, c.rel_l2,
         vsalab.compare(gpu[i], ref[name]).rel_l2))
-      assert.is_true(c.rel_l2 < 1e-5 and c.nonfinite == 0, name)
-      assert.is_true(vsalab.compare(gpu[i], ref[name]).rel_l2 < 1e-4, name)
+      assert(c.rel_l2 < 1e-5 and c.nonfinite == 0, name .. " GPU vs CPU rel L2 " .. c.rel_l2)
+      local f = vsalab.compare(gpu[i], ref[name]).rel_l2
+      assert(f < 1e-4, name .. " GPU vs fp64 rel L2 " .. f)
     end
     -- Key slots past vbs (block 3 entirely, block 5 from token 1) get dk = dv = 0.
     local dk = gpu[2]:to("cpu")
     for _, cut in ipairs{{3, 0, 128}, {5, 1, 127}, {1, 100, 28}} do
       local z = dk:narrow(3, cut[1] * 128 + cut[2] + 1, cut[3]):contiguous()
-      assert.equal(0, vsalab.compare(z, vsalab.zeros(z.shape, {dtype = "f32"})).max_abs)
+      local m = vsalab.compare(z, vsalab.zeros(z.shape, {dtype = "f32"})).max_abs
+      assert(m == 0, string.format("dk of kv block %d from token %d: max |x| %g, not 0", cut[1], cut[2], m))
     end
   end)
 
-  it("native kernels refuse block 128 by name, backends say so", function()
-    local p = vsalab.problem.build{H = 1, Sq = 512, D = 128, block = 128, density = 0.5,
-      seed = H.seed(), device = "cuda"}
+  it("native kernels take block 128: sm90a against the reference, a size off the list refused", function()
+    local p = vsalab.problem.build{H = 2, Sq = 768, D = 128, block = 128, density = 0.5,
+      ragged = true, seed = H.seed(), device = "cuda"}
     local ok, why = vsalab.backends.supported("sm90a", "cuda", p)
-    assert.is_false(ok)
-    assert.truthy(why:find("block 128: not supported by this kernel", 1, true), why)
-    local e = H.err(vsalab.backward_sm90a, p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs)
-    assert.truthy(e:find("block size 128 is not supported by this kernel", 1, true), e)
+    assert(ok, why)
+    local ref = {vsalab.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx, p.k2q_num, p.vbs,
+      {out_dtype = "f32"})}
+    local got = {vsalab.backends.get("sm90a").run(p)}
+    for i, name in ipairs{"dq", "dk", "dv"} do
+      local c = vsalab.compare(got[i], ref[i])
+      assert(c.rel_l2 < 1e-2 and c.nonfinite == 0, name .. " rel L2 " .. c.rel_l2)
+    end
+    local ok2, why2 = vsalab.backends.supported("sm90a", "cuda", {block = 256, D = 128})
+    assert.is_false(ok2)
+    assert.truthy(why2:find("block 256: not supported by this kernel", 1, true), why2)
+    vsalab.problem.free(p)
   end)
+
 end)

@@ -57,6 +57,11 @@ canonical() { case $1 in plugin) echo plugins ;; seed_sweep) echo seed-sweep ;; 
 # compared bitwise in the fixed-point mode). sm100emu-full runs them all.
 EMU_CASES_SKIP=${EMU_CASES_SKIP:-12}
 EMU_LAUNCHES_SCALE=${EMU_LAUNCHES_SCALE:-0.1}
+# ... at block 64: the emulated CASES at both sizes took 151 s of all's
+# budget on an H200 (2026-12-04, 03536c1); the 128-token kernel is
+# checked in all by sm100a_emu_b128.lua (five shapes, both dQ modes, the
+# fp64 oracle, 20 launches bitwise) and by every case in sm100emu-full.
+EMU_CASES_BLOCKS=${EMU_CASES_BLOCKS:-64}
 # The budget of `all` on one H200 (seconds): the summary says when a run exceeds it.
 ALL_BUDGET_S=360
 
@@ -71,8 +76,9 @@ Groups: all (the suite: green and within $((ALL_BUDGET_S / 60)) minutes on one H
 Environment: OUT (logs, default gpu-out), CHECK_TIMEOUT (seconds a check may
 take, default 300; a check past it fails), JOBS (processes side by side in
 a step's correctness batch, default min(8, cores); 1: one at a time),
-EMU_CASES_SKIP and EMU_LAUNCHES_SCALE (the emulated CASES in all: every case
-but $EMU_CASES_SKIP, launches x$EMU_LAUNCHES_SCALE), WAN720P_ARGS,
+EMU_CASES_SKIP, EMU_LAUNCHES_SCALE and EMU_CASES_BLOCKS (the emulated CASES
+in all: every case but $EMU_CASES_SKIP, launches x$EMU_LAUNCHES_SCALE, at
+block $EMU_CASES_BLOCKS), BSA_ARGS, WAN720P_ARGS,
 PEERS_ARGS, OLD (the binary old-vs-new times against), PEER_DIR (where the
 Triton peer's files are, default .peer/fastvideo_triton).
 Exit status: 0 every check passed, 1 a check failed (or a step asked for by
@@ -483,8 +489,9 @@ step_sm100emu() {
   emulated_names || return
   sm100emu_common
   for b in $emu; do
-    queue_check "CASES but $EMU_CASES_SKIP, launches x$EMU_LAUNCHES_SCALE: $b" env VSALAB_SM100_EMU=1 "$bin" run \
-      tests/gpu/cases.lua --skip="$EMU_CASES_SKIP" --launches-scale="$EMU_LAUNCHES_SCALE" "$b"
+    queue_check "CASES but $EMU_CASES_SKIP, launches x$EMU_LAUNCHES_SCALE, block $EMU_CASES_BLOCKS: $b" \
+      env VSALAB_SM100_EMU=1 "$bin" run tests/gpu/cases.lua --skip="$EMU_CASES_SKIP" \
+      --launches-scale="$EMU_LAUNCHES_SCALE" --blocks="$EMU_CASES_BLOCKS" "$b"
   done
   run_queue
 }

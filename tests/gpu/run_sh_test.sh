@@ -206,9 +206,9 @@ want_rc all 0
 for s in quick specs sanitize sm100emu plugins peers; do has all "^step +$s "; done
 has all "^step +peers +passed +0 +failed +0 .*skipped: no Triton peer"
 has all "^spec +plugin_spec.lua +passed +2"
-has all "CASES but 12, launches x0.1: fakeemu"
+has all "CASES but 12, launches x0.1, block 64: fakeemu"
 has all "^total: 6 steps, 0 failed or not run"
-grep -q "cases.lua --skip=12 --launches-scale=0.1 fakeemu" "$tmp/calls.txt" \
+grep -q "cases.lua --skip=12 --launches-scale=0.1 --blocks=64 fakeemu" "$tmp/calls.txt" \
   || fail "all: the emulated CASES subset did not run on the emulated backend"
 grep -q "sanitize_calls.lua fakegpu fakegpu-fp32" "$tmp/calls.txt" \
   || fail "all: racecheck/synccheck did not run on the dq-modes kernels"
