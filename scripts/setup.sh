@@ -54,9 +54,12 @@ if [ ! -x .deps/py/nvidia/cu13/bin/cuobjdump ] || [ ! -d .deps/py/cutlass_librar
 fi
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
-# VSALAB_BUILD_LOG=FILE (scripts/test.sh sets it): the compiler's output
-# (mostly ptxas resource notes, hundreds of lines) goes to FILE; one line
-# says how the build went, and a failed build shows the log's last lines.
+# The compiler's output (mostly ptxas resource notes, hundreds of lines)
+# goes to VSALAB_BUILD_LOG (default build/build.log; VSALAB_BUILD_LOG=-
+# prints it); one line says how the build went, and a failed build shows
+# the log's last lines.
+VSALAB_BUILD_LOG=${VSALAB_BUILD_LOG:-$PWD/build/build.log}
+[ "$VSALAB_BUILD_LOG" = - ] && VSALAB_BUILD_LOG=
 if [ -n "${VSALAB_BUILD_LOG:-}" ]; then
   mkdir -p "$(dirname "$VSALAB_BUILD_LOG")"
   echo "setup: building into build/ (compiler output in $VSALAB_BUILD_LOG)"
