@@ -13,14 +13,14 @@
 #     kernel='config' row "failed (worker died)" with cudaErrorIllegalAddress),
 #     a fresh worker finishes the other points, the run ends failed with
 #     the lost point named, integrity_check ok.
-# With two GPUs or more (issue 16, nvidia-h200-x2), also:
+# With two GPUs or more, also:
 #  3. both GPUs measured points; the wall time of --devices all against
 #     --device 0; per GPU: rows, mean SM clock, throttled rows; per point
 #     measured on GPU 1 in the --devices run, its time against GPU 0's in
 #     the one-process run (whether the two GPUs measure alike).
 # EXPERIMENT and SWEEP override the script and its arguments (default:
 # experiments/seed_sweep.lua at 4k-32k, no reference; SWEEP="" runs its
-# whole default sweep, 4k-131k, as issue 16 asks).
+# whole default sweep, 4k-131k).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 bin=${1:-build/vsalab}
@@ -85,7 +85,7 @@ want=$(q "$one" "SELECT count(DISTINCT Sq) FROM result WHERE kernel NOT IN ('inv
 [ "$lost_ok" = "$want" ] || fail "only $lost_ok of the $want other points measured after the fault"
 [ "$(q "$fault" "PRAGMA integrity_check")" = ok ] || fail "integrity_check"
 
-# --- 3. two GPUs or more (issue 16) --------------------------------------
+# --- 3. two GPUs or more --------------------------------------
 if [ "$ngpu" -ge 2 ]; then
   echo "speed-up: $(awk "BEGIN { printf \"%.2f\", $wall_one / $wall_all }")x on $ngpu GPUs (ideal: ${ngpu}x, less the longest point)"
   [ "$(q "$all" "SELECT count(DISTINCT gpu_uuid) FROM result WHERE kernel <> 'gemm_bf16'")" -ge 2 ] || fail "one GPU measured every point"

@@ -1,4 +1,4 @@
--- What a breaker and a new user found (issue 12), one test per finding:
+-- What a breaker and a new user found, one test per finding:
 -- crashes and lost runs first, then silent garbage, exit codes, messages.
 -- Children run the real binary, so a crash is a failed exit status here.
 local H = require "helpers"
