@@ -123,13 +123,12 @@ function M.call(b, p, bench)
     M.write_job(dir, b.name, p, bench)
     local parts = {}
     for i, a in ipairs(b.cmd) do parts[i] = quote(a) end
-    -- In a session of its own (setsid: its process group is its pid, which
-    -- exec keeps), so that a Ctrl-C, SIGTERM or --point-timeout here can
-    -- kill the peer and everything it started; vsalab waits in short polls,
-    -- so the interrupt reaches Lua. The shell writes the peer's exit status
-    -- to DIR/status.
-    -- Its exit status is the session's: no status file the peer could
-    -- replace by a FIFO (the shell's write to it then never returned).
+    -- Under setsid (its process group is its pid, which exec keeps), so
+    -- that a Ctrl-C, SIGTERM or --point-timeout here can kill the peer and
+    -- everything it started; vsalab waits in short polls, so the interrupt
+    -- reaches Lua. The exit status is read from that process itself, not
+    -- from a status file the peer could replace by a FIFO (a write to it
+    -- never returned).
     local cmdline = "exec setsid sh -c " .. quote(table.concat(parts, " ") .. " " .. quote(dir)
       .. " >" .. quote(dir .. "/peer.log") .. " 2>&1")
     local okp, pid, msg_fd, err_fd = pcall(core.proc_spawn, {"/bin/sh", "-c", cmdline}, {})
