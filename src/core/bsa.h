@@ -5,7 +5,10 @@
  *   block size `block` tokens for q and kv blocks alike, one of
  *   vsa_block_table (64, the default, or 128); nq = Sq/block q blocks,
  *   nkv = Skv/block kv blocks;
- *   q, o, dO: [B, H, Sq, D]; k, v: [B, H, Skv, D], row-major contiguous;
+ *   q, o, dO: [B, H, Sq, D]; k, v: [B, H, Skv, D], row-major contiguous
+ *     ("BHSD", the default), or with vsa_shape.layout = VSA_BSHD [B, Sq, H, D]
+ *     and [B, Skv, H, D] (FastVideo's and cuDNN's order); dq, dk, dv follow
+ *     the layout of q, k, v; lse, Delta and every list stay [B, H, ...];
  *   q2k_idx [B, H, nq, width] i32, q2k_num [B, H, nq] i32: q block i attends
  *     kv blocks q2k_idx[b,h,i,0:q2k_num[b,h,i]]; entries past the count are
  *     never read;
@@ -114,6 +117,42 @@ int vsa_invert_cpu(const int32_t *q2k_idx, const int32_t *q2k_num, int BH,
                    int32_t *k2q_num, vsa_list_error *err);
 
 /* ---------------------------------------------------------------------------
+ * Token layouts of q, k, v, o, dO, dq, dk, dv. Both are row-major and
+ * contiguous; they differ in where a head's tokens lie: BHSD keeps one
+ * head's S tokens together (token stride D), BSHD interleaves the heads
+ * (token stride H·D). A kernel reaches token t of head bh = b·H + h at
+ * vsa_head_offset(...) + t·vsa_token_stride(...), with no copy.
+ */
+typedef enum { VSA_BHSD = 0, VSA_BSHD = 1 } vsa_layout;
+
+#if defined(__CUDACC__)
+#define VSA_HOST_DEVICE __host__ __device__
+#else
+#define VSA_HOST_DEVICE
+#endif
+
+/* Elements between token t and token t+1 of one head. */
+static inline VSA_HOST_DEVICE int64_t
+vsa_token_stride(int layout, int H, int D)
+{
+  return layout == VSA_BSHD ? (int64_t)H * D : (int64_t)D;
+}
+
+/* Element offset of token 0 of head bh (= b·H + h) in a tensor of S tokens
+ * a head (Sq for q, o, dO, dq; Skv for k, v, dk, dv). */
+static inline VSA_HOST_DEVICE int64_t
+vsa_head_offset(int layout, int H, int S, int D, int64_t bh)
+{
+  return layout == VSA_BSHD ? ((bh / H) * S * H + bh % H) * (int64_t)D
+                            : bh * S * (int64_t)D;
+}
+
+/* "bhsd" or "bshd" (NULL for any other value). */
+const char *vsa_layout_name(int layout);
+/* The layout named by name ("bhsd", "bshd"), or -1. */
+int vsa_layout_parse(const char *name);
+
+/* ---------------------------------------------------------------------------
  * Reference forward/backward on the host: fp32 arithmetic from bf16 inputs
  * (uint16_t), block-sparse loops, written to be read. Outputs are f32.
  */
@@ -122,6 +161,7 @@ typedef struct {
   float sm_scale;
   int block; /* tokens per block: one of vsa_block_table (0 reads as 64 in
               * the native launchers, which take 64 and 128) */
+  int layout; /* vsa_layout of q, k, v, o, dO and the gradients (0: BHSD) */
 } vsa_shape;
 
 int vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q,
@@ -155,14 +195,16 @@ typedef struct {
   int B, H, Sq, Skv, D;
   int block;                         /* tokens per block (vsa_block_table) */
   double sm_scale;
-  const double *q, *k, *v, *dO;      /* [B,H,S,D] */
-  const double *o_in, *lse_in;       /* optional, [B,H,Sq,D] and [B,H,Sq] */
+  const double *q, *k, *v, *dO;      /* [B,H,S,D], or [B,S,H,D] (layout) */
+  const double *o_in, *lse_in;       /* optional, as q and [B,H,Sq] */
   const int32_t *q2k_idx, *q2k_num;  /* [B,H,nq,width], [B,H,nq] */
   int q2k_width;
   const int32_t *vbs;                /* [nkv] */
   const int32_t *bh_list; int n_bh;
   const int32_t *q_blocks; int n_q_blocks;
   const int32_t *kv_blocks; int n_kv_blocks;
+  int layout;                        /* vsa_layout of q, k, v, dO, o and
+                                      * of dq, dk, dv, o_out (0: BHSD) */
 } vsa_oracle_args;
 
 int vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
