@@ -3,7 +3,7 @@
 -- -a Sq[pow2]=[12:19]), every backward available here, timed (kernel only
 -- where the backend allows) and spot-checked against the fp64 oracle.
 --   build/vsalab run experiments/seed_sweep.lua [-a Sq=[4096,8192]]
---       [-a density=0.1] [-a lists=[random,vsa:4]] [-a block=[64,128]] [reference=0|1]
+--       [-a H=[8,40]] [-a density=0.1] [-a lists=[random,vsa:4]] [-a block=[64,128]] [reference=0|1]
 --       [check_blocks=2] [kernels=all|default|NAME[,NAME...]]
 -- The reference joins only up to 16k tokens unless reference=1. lists=vsa:ℓ
 -- lays the blocks out as the most cubic tile grid (4k: a 16×16×16 latent;
@@ -14,8 +14,9 @@ local exp = require "vsalab.experiment"
 local sweep = require "vsalab.sweep"
 
 local sw = sweep.new{
-  axes = {{"Sq", sweep.pow2(12, 17)}, {"density", {0.25}}, {"lists", {"random"}}, {"block", {64}}},
-  fixed = {B = 1, H = 8, D = 128},
+  axes = {{"Sq", sweep.pow2(12, 17)}, {"H", {8}}, {"density", {0.25}}, {"lists", {"random"}},
+    {"block", {64}}},
+  fixed = {B = 1, D = 128},
 }
 local a = exp.args(sw:override(arg), {reference = 0, check_blocks = 2, kernels = "all"})
 exp.int_arg(a, "reference", 0, 1)

@@ -318,6 +318,17 @@ M.peers = {
     -- 128 tokens (or a multiple, on SM100).
     device = "cuda", D = {64, 128}, blocks = {128}, layouts = {"bhsd", "bshd"}, arch = {9, 10, 11},
   },
+  cudnn_dense = {
+    cmd = {"python3", "tests/gpu/peers/cudnn_dense_peer.py"},
+    description = "cuDNN's dense attention backward (PyTorch SDPA, cuDNN backend; external): the dense ceiling",
+    needs = {"tests/gpu/peers/cudnn_dense_peer.py"},
+    hint = "run from the repository root", python_module = "torch",
+    install = "a PyTorch with CUDA and cuDNN (python3 -m pip install torch)",
+    -- Dense attention is the block-sparse backward only where every pair is
+    -- selected (and, checked by the peer, every kv block full).
+    device = "cuda", D = {64, 128}, blocks = {64, 128}, layouts = {"bhsd", "bshd"}, arch = {8, 9, 10, 11},
+    dense_only = true,
+  },
   numpy = {
     cmd = {"python3", "tests/peers/numpy_peer.py"},
     description = "the CPU reference backward in numpy (protocol test)",
@@ -358,6 +369,10 @@ function M.unfit(name, p)
   end
   if d.layouts and not member(d.layouts, layout) then
     return string.format("%s takes layouts {%s}, the point has %s", name, joined(d.layouts), layout)
+  end
+  if d.dense_only and p.pairs and p.nq and p.nkv and p.pairs < p.B * p.H * p.nq * p.nkv then
+    return string.format("%s computes dense attention: it takes density 1, the point selects %d of %d pairs",
+      name, p.pairs, p.B * p.H * p.nq * p.nkv)
   end
   if d.arch and p.q and p.q.device ~= "cpu" then
     local okc, info = pcall(core.device_info)

@@ -22,6 +22,7 @@ sm100emu|all|the Blackwell backward over the emulated tcgen05 layer: ladder rung
 plugins|all|the example CUDA plug-in: plugin_spec (cases, graph capture), a sweep beside sm90a in hot and graph timing, a faulting plug-in
 peers|all|every installed peer (FastVideo Triton; cuDNN BSA and FA4 from .peers/) beside the default kernels on identical inputs, 4k and 16k (PEERS_ARGS; skipped in all when .peer is absent)
 bsa|-|cuDNN BSA (and FA4 where it runs) beside sm90a and Triton: wan720p and seed_sweep with peers=, every row checked (BSA_ARGS; needs .peers/ from scripts/peers.sh)
+peer-tables|-|the same-call tables: sm90a and sm90a-fp32 beside cuDNN BSA, FA4 and Triton at 4k-131k and Wan 720P H40 10%/25%, blocks 64 and 128, and cuDNN dense at density 1 (peer_tables.sh; TIMING=sustained for the sustained table)
 peers-fault|-|each installed peer crashing mid-run: earlier rows kept, the run closed (peers_fault_proof.sh)
 sm100emu-full|-|sm100emu with every CASES case (12 included) at full launch counts, the three sanitizers on every emulated backend, seed_sweep and Wan 720P H4 spot checks of the emulation
 sanitize-full|-|the three compute-sanitizer tools on every backend (variants and emulated ones included)
@@ -565,6 +566,13 @@ step_bsa() { # the strongest peers beside sm90a and Triton on identical inputs, 
   check "every checked row passed its spot check" rows_pass "$db"
   check "cuDNN BSA rows measured" has_rows "$db" cudnn_bsa
   show "$bin" query --db "$db" "SELECT run_id, kernel, block, H, Sq, density, round(ms_median,4) AS ms, round(tflops,1) AS tflops, passed, worst_rel_l2, json_extract(extra, '$.peer.extra.main_kernel_ms') AS main_kernel_ms, substr(note, 1, 60) AS note FROM result_summary WHERE kernel NOT IN ('invert', 'gemm_bf16', 'config') ORDER BY run_id, block, H, Sq, density, kernel"
+}
+
+step_peer_tables() {
+  bsa_installed || { skip "no .peers/ (scripts/peers.sh install) or no Triton peer ($peer_dir)"; return; }
+  check "same-call tables (TIMING=${TIMING:-hot})" env TABLES_DB="$out/tables.db" tests/gpu/peer_tables.sh "$bin" seed wan dense
+  check "every checked row passed its spot check" rows_pass "$out/tables.db"
+  show env TABLES_DB="$out/tables.db" tests/gpu/peer_tables.sh "$bin" table
 }
 
 step_peers_fault() { check "each installed peer crashing mid-run" tests/gpu/peers_fault_proof.sh "$bin"; }

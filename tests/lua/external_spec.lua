@@ -332,6 +332,10 @@ dofile(%q)]], dir .. "/hang.sh", H.root .. "/experiments/smoke.lua"))
     assert.equal("cudnn_bsa takes layouts {bhsd, bshd}, the point has sbhd", ext.unfit("cudnn_bsa", {layout = "sbhd"}))
     assert.is_nil(ext.unfit("triton", {block = 128}))
     assert.equal("cudnn_bsa takes head dim D in {128}, the point has 64", ext.unfit("cudnn_bsa", {D = 64}))
+    -- The dense peer takes only points that select every pair.
+    assert.equal("cudnn_dense computes dense attention: it takes density 1, the point selects 24 of 32 pairs",
+      ext.unfit("cudnn_dense", {B = 1, H = 2, nq = 4, nkv = 4, pairs = 24}))
+    assert.is_nil(ext.unfit("cudnn_dense", {B = 1, H = 2, nq = 4, nkv = 4, pairs = 32, block = 128}))
     -- The declaration is checked before any process starts.
     local p = vsalab.problem.build{B = 1, H = 1, Sq = 128, D = 64, density = 0.5, seed = H.seed(), device = "cpu"}
     local b = vsalab.backends.peer("fa4")
