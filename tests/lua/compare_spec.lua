@@ -275,11 +275,15 @@ describe("vsalab compare of host-clock rows", function()
     os.execute("rm -rf " .. dir)
   end)
 
-  it("says SAME for two identical CPU smoke runs on a host busy on every core", function()
+  it("matches and judges two CPU smoke runs on a host busy on every core", function()
+    -- End to end under load: both runs finish, every point pairs up, and
+    -- each is judged as a host-clock row. The verdicts themselves are not
+    -- asserted: real host timings under a changing load can move by more
+    -- than any floor (seen: one point 198 ms, then 400 ms, each run's own
+    -- spread small), so a verdict here would test the host's scheduler.
+    -- The floors' arithmetic is tested above on fixed rows.
     local dir = H.tmpdir()
     local db = dir .. "/busy.db"
-    -- Busy loops on every core (and one more), bounded in time, for both
-    -- runs; each run's load differs as the scheduler places them.
     local ncpu = 1
     local p = io.popen("nproc 2>/dev/null")
     if p then ncpu = tonumber(p:read("*l") or "") or 1; p:close() end
@@ -296,9 +300,12 @@ describe("vsalab compare of host-clock rows", function()
     for _, job in ipairs(pids) do os.execute("kill " .. job.pid .. " 2>/dev/null") end
     assert.equal(0, rc1, e1)
     assert.equal(0, rc2, e2)
-    assert.equal(0, rc, out)
-    assert.truthy(out:find("SAME 6  FAST 0  SLOW 0  AMBIGUOUS 0", 1, true), out)
+    assert.truthy(rc == 0 or rc == 1, out) -- 1: a verdict of SLOW, never a usage error
+    assert.truthy(out:find("6 matching points", 1, true), out)
+    assert.truthy(out:find("ONLY A 0  ONLY B 0  MISSING 0", 1, true), out)
     assert.truthy(out:find("6 points timed on the host clock (CPU)", 1, true), out)
+    local same, fast, slow, amb = out:match("SAME (%d+)  FAST (%d+)  SLOW (%d+)  AMBIGUOUS (%d+)")
+    assert.equal(6, tonumber(same) + tonumber(fast) + tonumber(slow) + tonumber(amb), out)
     os.execute("rm -rf " .. dir)
   end)
 end)
