@@ -77,27 +77,30 @@ sort_group(const prep_params &p, int g)
  * any use (32 KB a block in flight); a row's 16 chunks sit in 16
  * consecutive lanes, which sum ‖V_row‖² by shuffles. The one-row-a-warp
  * version ran at 1.4–1.7 TB/s (kernels/NOTES.md). */
-__device__ void
+template <bool BSHD>
+__device__ __forceinline__ void
 kv_stats_block(const prep_params &p, int x, int64_t bh)
 {
   const int t = threadIdx.x, lane = t & 31, chunk = t & 15, S = p.stat_slots;
   const int64_t nkv = p.Skv / BLK;
   float mk = 0.f, mv = 0.f;
-  // Token 0 of head bh, and the distance between tokens (BHSD: row·D).
-  const uint16_t *kh = p.k + token_offset(p.layout, p.H, p.Skv, bh, 0);
-  const uint16_t *vh = p.v + token_offset(p.layout, p.H, p.Skv, bh, 0);
-  const int64_t ts = token_stride(p.layout, p.H);
+  // BHSD: row bh·Skv + token at row·D from k and v, as before the layouts.
+  // BSHD: token 0 of head bh at h0, tokens H·D apart.
+  const int64_t h0 = BSHD ? row_offset(VSA_BSHD, p.H, p.Skv, bh * p.Skv) : 0;
+  const int64_t ts = BSHD ? (int64_t)p.H * D : D;
+  const int64_t rbase = BSHD ? 0 : bh * p.Skv;
   for (int64_t blk = x; blk < nkv; blk += S) {
     const int vb = min(max(p.vbs[blk], 0), BLK);
-    const int64_t first = blk * BLK;
+    const int64_t first = rbase + blk * BLK;
     uint4 kc[4], vc[4];
 #pragma unroll
     for (int y = 0; y < 4; y++) {
       const int r = (t >> 4) + 16 * y;
       kc[y] = vc[y] = make_uint4(0, 0, 0, 0);
       if (r < vb) {
-        kc[y] = __ldg(reinterpret_cast<const uint4 *>(kh + (first + r) * ts) + chunk);
-        vc[y] = __ldg(reinterpret_cast<const uint4 *>(vh + (first + r) * ts) + chunk);
+        const int64_t o = h0 + (first + r) * ts;
+        kc[y] = __ldg(reinterpret_cast<const uint4 *>(p.k + o) + chunk);
+        vc[y] = __ldg(reinterpret_cast<const uint4 *>(p.v + o) + chunk);
       }
     }
 #pragma unroll
@@ -146,11 +149,14 @@ kv_stats_block(const prep_params &p, int x, int64_t bh)
  * also gets ‖dO_r‖ (row_dnorm), for row_exp_kernel. Nothing in it waits
  * for anything: the exponents, which need a whole head's statistics, are
  * the next launch (kernels/NOTES.md v3.4). */
+template <bool BSHD> // p.layout, as a constant: the BSHD addressing costs 8
+                     // registers (40), which the BHSD instance (32, full
+                     // occupancy, the code of before) does not pay
 __global__ void __launch_bounds__(256)
 prep_kernel(const __grid_constant__ prep_params p)
 {
   if ((int64_t)blockIdx.x < p.stat_blocks) {
-    kv_stats_block(p, (int)(blockIdx.x % p.stat_slots), blockIdx.x / p.stat_slots);
+    kv_stats_block<BSHD>(p, (int)(blockIdx.x % p.stat_slots), blockIdx.x / p.stat_slots);
     return;
   }
   const int64_t block = blockIdx.x - p.stat_blocks, blocks = gridDim.x - p.stat_blocks;
@@ -163,7 +169,7 @@ prep_kernel(const __grid_constant__ prep_params p)
   if (row >= p.rows) return;
   reinterpret_cast<float4 *>(p.dq_accum + row * D)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
   // 4-byte loads: dO and o need no more alignment than a bf16 pair.
-  const int64_t off = row_offset(p.layout, p.H, p.Sq, row);
+  const int64_t off = row_offset(BSHD ? VSA_BSHD : VSA_BHSD, p.H, p.Sq, row);
   const uint32_t *a = reinterpret_cast<const uint32_t *>(p.dO + off) + 2 * lane;
   const uint32_t *c = reinterpret_cast<const uint32_t *>(p.o + off) + 2 * lane;
   const uint32_t aw[2] = {a[0], a[1]}, cw[2] = {c[0], c[1]};
@@ -284,7 +290,10 @@ launch_prep(const prep_params &p, cudaStream_t stream)
   if (p.Sq < 1 || p.H < 1) return cudaErrorInvalidValue; // row_offset's divisors
   const int64_t blocks = (p.rows + 7) / 8 + p.stat_blocks;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  prep_kernel<<<(unsigned)blocks, 256, 0, stream>>>(p);
+  if (p.layout == VSA_BSHD)
+    prep_kernel<true><<<(unsigned)blocks, 256, 0, stream>>>(p);
+  else
+    prep_kernel<false><<<(unsigned)blocks, 256, 0, stream>>>(p);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || !p.row_exp) return e;
   row_exp_kernel<<<(unsigned)((p.rows + 255) / 256), 256, 0, stream>>>(p);

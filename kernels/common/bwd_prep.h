@@ -44,7 +44,9 @@ row_offset(int layout, int H, int64_t S, int64_t row)
 
 /* Where token 0 of head bh lies in a tile_map map: coordinate h (the
  * head in BSHD, 0 in BHSD) and row (b·S in BSHD, bh·S in BHSD); token t
- * is then at (column, h, row + t). Both fit in int (B·H·S < 2^31). */
+ * is then at (column, h, row + t). Both fit in int (B·H·S < 2^31), and
+ * so does bh: the division is 32-bit (the producer computes this once a
+ * CTA or item). */
 struct head_coord {
   int h, row;
 };
@@ -53,8 +55,9 @@ tma_head(int layout, int H, int64_t S, int64_t bh)
 {
   head_coord c;
   if (layout == VSA_BSHD) {
-    c.h = (int)(bh % H);
-    c.row = (int)((bh / H) * S);
+    const uint32_t b = (uint32_t)bh / (uint32_t)H;
+    c.h = (int)((uint32_t)bh - b * (uint32_t)H);
+    c.row = (int)(b * (uint32_t)S);
   } else {
     c.h = 0;
     c.row = (int)(bh * S);
@@ -63,12 +66,36 @@ tma_head(int layout, int H, int64_t S, int64_t bh)
 }
 
 /* Element offset of token t of head bh of a user tensor of S tokens a head
- * (vsa_head_offset + t·vsa_token_stride; BHSD: (bh·S + t)·D as before). */
+ * (vsa_head_offset + t·vsa_token_stride; BHSD: (bh·S + t)·D as before).
+ * Kept 64-bit: with the 32-bit division ptxas spilled the sm90a v4
+ * fixed-point kernel's epilogue (44 bytes); callers compute it once, outside
+ * loops that hold accumulators (inside the sm100a epilogue loop it spilled
+ * too). */
 __host__ __device__ __forceinline__ int64_t
 token_offset(int layout, int H, int64_t S, int64_t bh, int64_t t)
 {
   return layout == VSA_BSHD ? (((bh / H) * S + t) * H + bh % H) * D : (bh * S + t) * D;
 }
+
+#ifdef __CUDACC__
+#include <cuda_bf16.h>
+/* The sm100a dK/dV epilogue's store: bf16(a[x]·sc) to out[x·ld], x < 64,
+ * ld = D (H = 0: BHSD, the compile-time stride of before, immediate
+ * offsets) or H·D (BSHD: a walking pointer; 64 addresses of a runtime
+ * stride made ptxas spill). */
+__device__ __forceinline__ void
+store_column(__nv_bfloat16 *out, int H, const float *a, float sc)
+{
+  if (H == 0) {
+#pragma unroll
+    for (int x = 0; x < 64; x++) out[(int64_t)x * D] = __float2bfloat16_rn(a[x] * sc);
+  } else {
+    const int64_t ld = (int64_t)H * D;
+#pragma unroll
+    for (int x = 0; x < 64; x++, out += ld) *out = __float2bfloat16_rn(a[x] * sc);
+  }
+}
+#endif
 
 /* Elements between consecutive tokens of one head. */
 __host__ __device__ __forceinline__ int

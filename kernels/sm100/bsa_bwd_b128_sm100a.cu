@@ -42,7 +42,10 @@
  * run. dK/dV in list order; q chunks add their fp32 partials in order.
  * Semantics as the reference (src/core/bsa.h) at block 128: entries outside
  * [0, nq) or the chunk skipped, counts clamped, kv rows >= vbs[j] zeroed in
- * shared memory and masked, empty lists give exact-zero dK/dV. BHSD layout.
+ * shared memory and masked, empty lists give exact-zero dK/dV. Both token
+ * layouts (BHSD, BSHD): 3D TMA maps (common/bwd_prep.h, tile_map) load the
+ * same shared-memory tiles either way; the dK/dV epilogue stores rows H·D
+ * apart in BSHD.
  */
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -523,6 +526,10 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
       mbar_wait(bar_addr(base, B_ACC_FULL), ph(kc));
       tc05::fence_after();
     }
+    // This lane's column of j's first token in dk/dv (layout-aware; out of
+    // the loop, where the 64 accumulators are not yet live).
+    const int64_t out0 =
+        vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, it.bh, (int64_t)it.j * BLK) + r;
 #pragma unroll 1
     for (int t = 0; t < 4; t++) { // t >> 1: 0 dV (no scale), 1 dK (sm_scale); t & 1: kv half
       float a[64];
@@ -548,13 +555,10 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
       } else {
         // Column r of 64 rows in the layout: a warp stores 64 contiguous
         // bytes of one row at a time (rows H·D apart in BSHD).
-        const int ld = vsa_bwd::token_stride(p.layout, p.H);
-        __nv_bfloat16 *out = ((t >> 1) ? p.dk : p.dv) + r +
-            vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, it.bh,
-                                  (int64_t)it.j * BLK + 64 * (t & 1));
+        __nv_bfloat16 *out = ((t >> 1) ? p.dk : p.dv) + out0 +
+                             (t & 1) * (int64_t)(64 * vsa_bwd::token_stride(p.layout, p.H));
         const float sc = (t >> 1) ? p.sm_scale : 1.f;
-#pragma unroll
-        for (int x = 0; x < 64; x++) out[(int64_t)x * ld] = __float2bfloat16_rn(a[x] * sc);
+        vsa_bwd::store_column(out, p.layout == VSA_BSHD ? p.H : 0, a, sc);
       }
     }
     if (steps > 0) {

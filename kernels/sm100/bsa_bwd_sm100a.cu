@@ -48,7 +48,11 @@
  * chunk's q range are skipped, counts clamped to the width, padded kv rows
  * (>= vbs) zeroed in shared memory and masked, empty lists give exact-zero
  * dK/dV; head dim 128; any B, H, Sq != Skv, odd block counts; 64-bit
- * offsets (TMA rows < 2^31).
+ * offsets (TMA rows < 2^31). Both token layouts (BHSD, BSHD): the TMA
+ * maps are 3D (column, head, row; common/bwd_prep.h, tile_map), so every
+ * box is still 64 rows of 128 contiguous bytes and the shared-memory
+ * tiles are the same bytes; a work item finds its head's coordinates once
+ * (tma_head), and the dK/dV epilogue stores rows H·D apart in BSHD.
  */
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -541,6 +545,9 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
       mbar_wait(bar_addr(base, B_ACC_FULL), ph(kc));
       tc05::fence_after();
     }
+    // This lane's column of j's first token in dk/dv (layout-aware).
+    const int64_t out0 =
+        vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, it.bh, (int64_t)it.j * BLK) + r;
 #pragma unroll 1
     for (int t = 0; t < 2; t++) { // 0: dV (no scale), 1: dK (sm_scale)
       float a[64];
@@ -565,12 +572,9 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
       } else {
         // Column r of j's 64 rows in the layout: a warp stores 64 contiguous
         // bytes of one row at a time (rows H·D apart in BSHD).
-        const int ld = vsa_bwd::token_stride(p.layout, p.H);
-        __nv_bfloat16 *out = (t ? p.dk : p.dv) + r +
-            vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, it.bh, (int64_t)it.j * BLK);
+        __nv_bfloat16 *out = (t ? p.dk : p.dv) + out0;
         const float sc = t ? p.sm_scale : 1.f;
-#pragma unroll
-        for (int x = 0; x < 64; x++) out[(int64_t)x * ld] = __float2bfloat16_rn(a[x] * sc);
+        vsa_bwd::store_column(out, p.layout == VSA_BSHD ? p.H : 0, a, sc);
       }
     }
     if (steps > 0) {

@@ -29,6 +29,11 @@
  * zero dk/dv. dk/dv are bitwise deterministic for a given list order; dq is
  * summed with atomics (order varies run to run within fp32 rounding).
  *
+ * Token layouts BHSD and BSHD (vsa_shape.layout): v1/v2 read Q, dO, K, V
+ * rows token_stride apart with cp.async, v3/v4 through 3D TMA maps
+ * (common/bwd_prep.h); dk, dv (store_rows) and dq (the postprocess) are
+ * written in the layout. Each row is 256 contiguous bytes either way.
+ *
  * Built for sm_90a only (wgmma); head dim 128.
  */
 #include <cuda_bf16.h>

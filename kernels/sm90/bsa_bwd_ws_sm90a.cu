@@ -6,7 +6,8 @@
  *    keeps dK, dV in registers and runs the five GEMMs of each pair; it
  *    never issues a load or waits on the copy engine;
  *  - producer warpgroup (threads 128..255, 24 registers; one thread works):
- *    TMA-loads K_j, V_j once and Q_i, dO_i (128B-swizzled boxes), lse_i and
+ *    TMA-loads K_j, V_j once and Q_i, dO_i (128B-swizzled boxes of 3D maps
+ *    that take either token layout, common/bwd_prep.h), lse_i and
  *    Delta_i (bulk copies) into a two-stage ring on mbarriers, and issues
  *    each pair's dQ bulk reduce-add once the consumer has staged it.
  * The dQ partial of pair n is staged in its own dead Q/dO stage; the
