@@ -277,7 +277,8 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layou
       a = make_float4((float)v.x, (float)v.y, (float)v.z, (float)v.w);
       sc = ldexpf(scale, -row_exp[row]);
     }
-    dq[(row_offset(tok_layout, H, Sq, row) >> 2) + (x & 31)] = make_uint2(pack_bf16(a.x * sc, a.y * sc), pack_bf16(a.z * sc, a.w * sc));
+    dq[(row_offset(tok_layout, H, Sq, row) >> 2) + (x & 31)] =
+        make_uint2(pack_bf16(a.x * sc, a.y * sc), pack_bf16(a.z * sc, a.w * sc));
   }
 }
 
