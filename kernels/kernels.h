@@ -4,6 +4,14 @@
  * (cudaGetLastError after the <<<>>>), and runs on the given stream. Shapes
  * and list conventions are those of src/core/bsa.h. Pointers are device pointers
  * (d_ prefix); every tensor is contiguous row-major.
+ *
+ * Token layouts (vsa_shape.layout, src/core/bsa.h): q, k, v, o, dO and the
+ * outputs o (forward), dq, dk, dv are [B, H, S, D] (VSA_BHSD, 0) or
+ * [B, S, H, D] (VSA_BSHD, 1), read and written in place (no copy); lse,
+ * Delta, the lists, vbs and every scratch buffer are [B, H, ...] in both.
+ * Each attention launcher below returns cudaErrorInvalidValue for any
+ * other layout value. The element-wise helpers (fill, convert, compare,
+ * strided copy) and the list inversion do not depend on the layout.
  */
 #ifndef VSA_KERNELS_H
 #define VSA_KERNELS_H
@@ -70,7 +78,8 @@ cudaError_t bsa_invert(const int32_t *d_q2k_idx, const int32_t *d_q2k_num,
 
 /* ---------------------------------------------------------------------------
  * bsa_ref.cu: the reference forward/backward on the GPU: fp32 arithmetic
- * from bf16 inputs, SIMT tiles in shared memory, deterministic. Outputs f32.
+ * from bf16 inputs, SIMT tiles in shared memory, deterministic. Outputs f32
+ * (o, dq, dk, dv in s->layout; lse, Delta [B, H, Sq]). Both layouts.
  */
 cudaError_t bsa_forward_ref(const vsa_shape *s, const uint16_t *d_q,
                             const uint16_t *d_k, const uint16_t *d_v,
@@ -101,13 +110,17 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
  *   VSA_SM90A_ATOMIC v1: as v2 with dQ by vector atomics
  * deterministic (VSA_SM90A_WS, VSA_SM90A_KV2): dQ partials added as int32 fixed point
  * (exact in any order: the same bits every run; common/bwd_prep.h has the
- * bound), else fp32 in arrival order. q_chunk (v3, v4): q blocks per
+ * bound), else fp32 in arrival order. Every variant takes both layouts
+ * (s->layout): v3/v4 through 3D TMA maps (column, head, row), v1/v2
+ * through strided cp.async rows; dq, dk, dv come out in the layout.
+ * q_chunk (v3, v4): q blocks per
  * chunk of the q range (0: all): a kv block's pairs are taken one chunk at
  * a time, chunk-major, so that the Q/dO/dQ working set of the CTAs running
  * at once stays in L2 at long sequences; dK/dV partials pass between a kv
  * block's chunks in chunk order (deterministic). Returns
  * cudaErrorInvalidValue for shapes or options it does not take (s->block
- * other than 64 and 128 among them; 128 runs on 64-token sub-block lists).
+ * other than 64 and 128 among them, 128 running on 64-token sub-block
+ * lists; s->layout other than BHSD and BSHD; B·H·S of 2^31 rows or more).
  */
 typedef enum {
   VSA_SM90A_ATOMIC = 0,
@@ -142,8 +155,10 @@ cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,
  * has_image: 1 when a kernel image for the current device exists
  * (cudaFuncGetAttributes), 0 otherwise. Returns cudaErrorInvalidValue for
  * shapes it does not take (D != 128, S not a multiple of the block, 2^31
- * rows). At block 128 (s->block) the native 128-token kernel runs
- * (sm100/bsa_bwd_b128_sm100a.cu; lists and vbs of 128-token blocks, BHSD;
+ * rows, a layout other than BHSD/BSHD). Both layouts at both block
+ * sizes (3D TMA maps for the loads, dk/dv and dq stored in the layout). At
+ * block 128 (s->block) the native 128-token kernel runs
+ * (sm100/bsa_bwd_b128_sm100a.cu; lists and vbs of 128-token blocks;
  * q_chunk still counts 64-token q blocks).
  */
 size_t bsa_backward_sm100a_scratch_bytes(const vsa_shape *s, int q_chunk, int sm_count);

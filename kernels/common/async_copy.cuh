@@ -153,6 +153,18 @@ tma_load_2d(uint32_t dst, const void *tmap, int c0, int r0, uint32_t bar)
       ::"r"(dst), "l"(tmap), "r"(c0), "r"(r0), "r"(bar) : "memory");
 }
 
+/* TMA: box (c0, c1, c2) of a 3D tensor map into shared memory, completing
+ * on bar (vsa_bwd::tile_map's maps: c0 the column, c1 the head in BSHD
+ * (0 in BHSD), c2 the row). */
+__device__ __forceinline__ void
+tma_load_3d(uint32_t dst, const void *tmap, int c0, int c1, int c2, uint32_t bar)
+{
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n"
+      ::"r"(dst), "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
+}
+
 /* Plain bulk copy global -> shared (16-byte aligned, multiple of 16 bytes). */
 __device__ __forceinline__ void
 bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar)

@@ -1,5 +1,8 @@
 /* bwd_prep.cu — the preprocess, postprocess and host helpers both native
- * backwards share (see bwd_prep.h). Plain CUDA: built for every target. */
+ * backwards share (see bwd_prep.h). Plain CUDA: built for every target.
+ * The user tensors (o, dO, k, v in, dq out) are read and written in
+ * vsa_shape.layout: a row's 128 elements stay contiguous in both layouts,
+ * so every access keeps its width and only row addresses change. */
 #include <cuda_bf16.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,23 +77,30 @@ sort_group(const prep_params &p, int g)
  * any use (32 KB a block in flight); a row's 16 chunks sit in 16
  * consecutive lanes, which sum ‖V_row‖² by shuffles. The one-row-a-warp
  * version ran at 1.4–1.7 TB/s (kernels/NOTES.md). */
-__device__ void
+template <bool BSHD>
+__device__ __forceinline__ void
 kv_stats_block(const prep_params &p, int x, int64_t bh)
 {
   const int t = threadIdx.x, lane = t & 31, chunk = t & 15, S = p.stat_slots;
   const int64_t nkv = p.Skv / BLK;
   float mk = 0.f, mv = 0.f;
+  // BHSD: row bh·Skv + token at row·D from k and v, as before the layouts.
+  // BSHD: token 0 of head bh at h0, tokens H·D apart.
+  const int64_t h0 = BSHD ? row_offset(VSA_BSHD, p.H, p.Skv, bh * p.Skv) : 0;
+  const int64_t ts = BSHD ? (int64_t)p.H * D : D;
+  const int64_t rbase = BSHD ? 0 : bh * p.Skv;
   for (int64_t blk = x; blk < nkv; blk += S) {
     const int vb = min(max(p.vbs[blk], 0), BLK);
-    const int64_t first = bh * p.Skv + blk * BLK;
+    const int64_t first = rbase + blk * BLK;
     uint4 kc[4], vc[4];
 #pragma unroll
     for (int y = 0; y < 4; y++) {
       const int r = (t >> 4) + 16 * y;
       kc[y] = vc[y] = make_uint4(0, 0, 0, 0);
       if (r < vb) {
-        kc[y] = __ldg(reinterpret_cast<const uint4 *>(p.k + (first + r) * D) + chunk);
-        vc[y] = __ldg(reinterpret_cast<const uint4 *>(p.v + (first + r) * D) + chunk);
+        const int64_t o = h0 + (first + r) * ts;
+        kc[y] = __ldg(reinterpret_cast<const uint4 *>(p.k + o) + chunk);
+        vc[y] = __ldg(reinterpret_cast<const uint4 *>(p.v + o) + chunk);
       }
     }
 #pragma unroll
@@ -139,11 +149,14 @@ kv_stats_block(const prep_params &p, int x, int64_t bh)
  * also gets ‖dO_r‖ (row_dnorm), for row_exp_kernel. Nothing in it waits
  * for anything: the exponents, which need a whole head's statistics, are
  * the next launch (kernels/NOTES.md v3.4). */
+template <bool BSHD> // p.layout, as a constant: the BSHD addressing costs 8
+                     // registers (40), which the BHSD instance (32, full
+                     // occupancy, the code of before) does not pay
 __global__ void __launch_bounds__(256)
 prep_kernel(const __grid_constant__ prep_params p)
 {
   if ((int64_t)blockIdx.x < p.stat_blocks) {
-    kv_stats_block(p, (int)(blockIdx.x % p.stat_slots), blockIdx.x / p.stat_slots);
+    kv_stats_block<BSHD>(p, (int)(blockIdx.x % p.stat_slots), blockIdx.x / p.stat_slots);
     return;
   }
   const int64_t block = blockIdx.x - p.stat_blocks, blocks = gridDim.x - p.stat_blocks;
@@ -156,8 +169,9 @@ prep_kernel(const __grid_constant__ prep_params p)
   if (row >= p.rows) return;
   reinterpret_cast<float4 *>(p.dq_accum + row * D)[lane] = make_float4(0.f, 0.f, 0.f, 0.f);
   // 4-byte loads: dO and o need no more alignment than a bf16 pair.
-  const uint32_t *a = reinterpret_cast<const uint32_t *>(p.dO + row * D) + 2 * lane;
-  const uint32_t *c = reinterpret_cast<const uint32_t *>(p.o + row * D) + 2 * lane;
+  const int64_t off = row_offset(BSHD ? VSA_BSHD : VSA_BHSD, p.H, p.Sq, row);
+  const uint32_t *a = reinterpret_cast<const uint32_t *>(p.dO + off) + 2 * lane;
+  const uint32_t *c = reinterpret_cast<const uint32_t *>(p.o + off) + 2 * lane;
   const uint32_t aw[2] = {a[0], a[1]}, cw[2] = {c[0], c[1]};
   float s = 0.f, n2 = 0.f; // Delta_r, and ‖dO_r‖² for the fixed-point bound
 #pragma unroll
@@ -246,10 +260,12 @@ dq_index(dq_layout layout, int64_t row, int c)
   }
 }
 
-/* dq = bf16(accumulator · sm_scale), four elements per thread. */
+/* dq = bf16(accumulator · sm_scale), four elements per thread; row r of
+ * the accumulator goes to dq's row r in token layout tok_layout (a warp's
+ * 32 chunks are one row: 256 contiguous bytes in either layout). */
 __global__ void
 dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layout layout,
-                 const int *row_exp)
+                 const int *row_exp, int tok_layout, int H, int64_t Sq)
 {
   for (int64_t x = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; x < n4;
        x += (int64_t)gridDim.x * blockDim.x) {
@@ -261,7 +277,8 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layou
       a = make_float4((float)v.x, (float)v.y, (float)v.z, (float)v.w);
       sc = ldexpf(scale, -row_exp[row]);
     }
-    dq[x] = make_uint2(pack_bf16(a.x * sc, a.y * sc), pack_bf16(a.z * sc, a.w * sc));
+    dq[(row_offset(tok_layout, H, Sq, row) >> 2) + (x & 31)] =
+        make_uint2(pack_bf16(a.x * sc, a.y * sc), pack_bf16(a.z * sc, a.w * sc));
   }
 }
 
@@ -270,9 +287,14 @@ dq_finish_kernel(const float4 *acc, uint2 *dq, float scale, int64_t n4, dq_layou
 cudaError_t
 launch_prep(const prep_params &p, cudaStream_t stream)
 {
+  if (p.layout != VSA_BHSD && p.layout != VSA_BSHD) return cudaErrorInvalidValue;
+  if (p.Sq < 1 || p.H < 1) return cudaErrorInvalidValue; // row_offset's divisors
   const int64_t blocks = (p.rows + 7) / 8 + p.stat_blocks;
   if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
-  prep_kernel<<<(unsigned)blocks, 256, 0, stream>>>(p);
+  if (p.layout == VSA_BSHD)
+    prep_kernel<true><<<(unsigned)blocks, 256, 0, stream>>>(p);
+  else
+    prep_kernel<false><<<(unsigned)blocks, 256, 0, stream>>>(p);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess || !p.row_exp) return e;
   row_exp_kernel<<<(unsigned)((p.rows + 255) / 256), 256, 0, stream>>>(p);
@@ -281,13 +303,15 @@ launch_prep(const prep_params &p, cudaStream_t stream)
 
 cudaError_t
 launch_dq_finish(const float *dq_accum, uint16_t *dq, float scale, int64_t rows,
-                 dq_layout layout, const int *row_exp, cudaStream_t stream)
+                 dq_layout layout, const int *row_exp, int tok_layout, int H, int64_t Sq,
+                 cudaStream_t stream)
 {
+  if (tok_layout != VSA_BHSD && tok_layout != VSA_BSHD) return cudaErrorInvalidValue;
   int64_t n4 = rows * D / 4;
   int blocks = (int)((n4 + 255) / 256 < 65536 ? (n4 + 255) / 256 : 65536);
   dq_finish_kernel<<<blocks, 256, 0, stream>>>(reinterpret_cast<const float4 *>(dq_accum),
                                                reinterpret_cast<uint2 *>(dq), scale, n4,
-                                               layout, row_exp);
+                                               layout, row_exp, tok_layout, H, Sq);
   return cudaGetLastError();
 }
 
@@ -309,8 +333,11 @@ heads_per_group(int64_t BH, int64_t Sq, int chunks)
 }
 
 cudaError_t
-tile_map(CUtensorMap *m, const void *data, int64_t rows)
+tile_map(CUtensorMap *m, const void *data, int layout, int64_t B, int H, int64_t S)
 {
+  if ((layout != VSA_BHSD && layout != VSA_BSHD) || B < 1 || H < 1 || S < 1 ||
+      B * H * S >= (1ll << 31))
+    return cudaErrorInvalidValue;
   typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
                                 const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
                                 const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -323,10 +350,17 @@ tile_map(CUtensorMap *m, const void *data, int64_t rows)
     if (e != cudaSuccess) return e;
     if (q != cudaDriverEntryPointSuccess || !encode) return cudaErrorNotSupported;
   }
-  cuuint64_t dims[2] = {(cuuint64_t)D, (cuuint64_t)rows};
-  cuuint64_t strides[1] = {(cuuint64_t)D * 2};
-  cuuint32_t box[2] = {64, 64}, elem[2] = {1, 1};
-  CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(data), dims,
+  // (column, head, row). BHSD: one "head" coordinate (always 0; its stride
+  // is never stepped), rows bh·S + t 256 bytes apart. BSHD: heads 256
+  // bytes apart, rows b·S + t H·256 bytes apart (a multiple of 16, as TMA
+  // strides must be, and far below its 2^40 limit). TMA addresses in 64
+  // bits, so B·S·H·D beyond 2^31 elements is fine.
+  const bool bshd = layout == VSA_BSHD;
+  cuuint64_t dims[3] = {(cuuint64_t)D, bshd ? (cuuint64_t)H : 1,
+                        (cuuint64_t)(bshd ? B * S : B * H * S)};
+  cuuint64_t strides[2] = {(cuuint64_t)D * 2, (cuuint64_t)D * 2 * (bshd ? H : 1)};
+  cuuint32_t box[3] = {64, 1, 64}, elem[3] = {1, 1, 1};
+  CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(data), dims,
                       strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
                       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -7,6 +7,10 @@
  * entries inside the count are skipped rather than faulting); a q row with
  * no valid key gets o = 0, lse = VSA_LSE_EMPTY, dq = 0; kv blocks no q block
  * selects get dk = dv = 0; every output element is written; offsets int64.
+ * Layouts (vsa_shape.layout): q, k, v, o, dO and dq, dk, dv are BHSD or
+ * BSHD; a kernel finds token t of head bh at vsa_head_offset + t·ld (ld =
+ * vsa_token_stride: D or H·D), so a tile's rows are read and written
+ * whole either way; lse, Delta and the lists are [B, H, ...] in both.
  *
  * Block sizes: the kernels work on 64-token tiles; a block of s->block
  * tokens (64 or 128) is sub = block/64 consecutive tiles. A CTA owns one
@@ -86,23 +90,40 @@ clamp_int(int x, int lo, int hi)
   return x < lo ? lo : (x > hi ? hi : x);
 }
 
-/* Copy a 64×D bf16 tile (global rows of D elements) into a padded f32 tile.
- * Rows >= nvalid are written as zeros: padded key slots contribute exact
- * zeros whatever the tensor holds there (Inf and NaN included). */
+/* Copy a 64×D bf16 tile (global rows of D elements, ld elements apart)
+ * into a padded f32 tile. Rows >= nvalid are written as zeros: padded key
+ * slots contribute exact zeros whatever the tensor holds there (Inf and
+ * NaN included). */
 template <int D>
 __device__ __forceinline__ void
-load_tile(float *dst, const uint16_t *__restrict__ src, int nvalid)
+load_tile(float *dst, const uint16_t *__restrict__ src, int ld, int nvalid)
 {
   constexpr int LD = RefTile<D>::LD, CHUNKS = D / 8; /* 16-byte chunks */
   for (int idx = threadIdx.x; idx < REF_BLK * CHUNKS; idx += REF_THREADS) {
     const int r = idx / CHUNKS, c8 = (idx % CHUNKS) * 8;
     uint4 w = make_uint4(0u, 0u, 0u, 0u);
     if (r < nvalid)
-      w = __ldg(reinterpret_cast<const uint4 *>(src + (int64_t)r * D + c8));
+      w = __ldg(reinterpret_cast<const uint4 *>(src + (int64_t)r * ld + c8));
     float4 *d = reinterpret_cast<float4 *>(dst + r * LD + c8);
     d[0] = make_float4(bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y));
     d[1] = make_float4(bf16_lo(w.z), bf16_hi(w.z), bf16_lo(w.w), bf16_hi(w.w));
   }
+}
+
+/* Element offset of token 0 of head (b, h) of a tensor of S tokens a head
+ * in `layout` (vsa_head_offset, with b and h from the grid instead of a
+ * 64-bit division), and the distance between tokens (vsa_token_stride;
+ * H·D < 2^23 fits in int). */
+__device__ __forceinline__ int64_t
+ref_head(int layout, int b, int h, int H, int S, int D)
+{
+  return layout == VSA_BSHD ? ((int64_t)b * S * H + h) * D : ((int64_t)b * H + h) * S * D;
+}
+
+__device__ __forceinline__ int
+ref_ld(int layout, int H, int D)
+{
+  return layout == VSA_BSHD ? H * D : D;
 }
 
 /* Max / sum over the 16 lanes that share one ty (xor offsets < 16 stay in
@@ -255,7 +276,7 @@ bsa_forward_ref_kernel(const uint16_t *__restrict__ q,
                        const int32_t *__restrict__ q2k_num, int width,
                        const int32_t *__restrict__ vbs, float *__restrict__ o,
                        float *__restrict__ lse, int H, int Sq, int Skv,
-                       float scale2, int sub)
+                       float scale2, int sub, int layout)
 {
   constexpr int FL = RefTile<D>::FLOATS, G = RefTile<D>::G;
   static_assert(REF_BLK * REF_LP <= FL, "P must fit in K's tile");
@@ -267,11 +288,14 @@ bsa_forward_ref_kernel(const uint16_t *__restrict__ q,
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* i: q tile */
   const int nq = Sq / (REF_BLK * sub), nkv = Skv / (REF_BLK * sub); /* blocks */
   const int64_t bh = (int64_t)b * H + h, row = bh * nq + i / sub;
-  const uint16_t *kh = k + bh * Skv * D, *vh = v + bh * Skv * D;
+  const int ld = ref_ld(layout, H, D); /* token to token */
+  const int64_t kvo = ref_head(layout, b, h, H, Skv, D);
+  const int64_t qo = ref_head(layout, b, h, H, Sq, D) + (int64_t)i * REF_BLK * ld;
+  const uint16_t *kh = k + kvo, *vh = v + kvo;
   const int32_t *list = q2k_idx + row * width;
   const int count = clamp_int(q2k_num[row], 0, width);
 
-  load_tile<D>(Qs, q + (bh * Sq + (int64_t)i * REF_BLK) * D, REF_BLK);
+  load_tile<D>(Qs, q + qo, ld, REF_BLK);
 
   float acc[4][D / 16], m[4], l[4];
 #pragma unroll
@@ -290,8 +314,8 @@ bsa_forward_ref_kernel(const uint16_t *__restrict__ q,
     const int j = jb * sub + part; /* kv tile */
 
     __syncthreads(); /* previous P·V done reading Ps (= Ks) and Vs */
-    load_tile<D>(Ks, kh + (int64_t)j * REF_BLK * D, nv);
-    load_tile<D>(Vs, vh + (int64_t)j * REF_BLK * D, nv);
+    load_tile<D>(Ks, kh + (int64_t)j * REF_BLK * ld, ld, nv);
+    load_tile<D>(Vs, vh + (int64_t)j * REF_BLK * ld, ld, nv);
     __syncthreads();
 
     float s[4][4] = {};
@@ -340,7 +364,7 @@ bsa_forward_ref_kernel(const uint16_t *__restrict__ q,
     const float lsum = row_sum16(l[a]);
     const bool empty = m[a] == -INFINITY;
     const int64_t r = bh * Sq + (int64_t)i * REF_BLK + ty + 16 * a;
-    float *orow = o + r * D;
+    float *orow = o + qo + (int64_t)(ty + 16 * a) * ld;
 #pragma unroll
     for (int g = 0; g < G; g++) {
       float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -359,14 +383,18 @@ bsa_forward_ref_kernel(const uint16_t *__restrict__ q,
 __global__ void __launch_bounds__(REF_THREADS)
 bsa_delta_ref_kernel(const uint16_t *__restrict__ dO,
                      const uint16_t *__restrict__ o,
-                     float *__restrict__ delta, int64_t rows, int D)
+                     float *__restrict__ delta, int64_t rows, int D, int H,
+                     int Sq, int layout)
 {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t r = (int64_t)blockIdx.x * (REF_THREADS / 32) + warp;
   if (r >= rows) return;
+  /* Row r = bh·Sq + t of dO and o in the layout. */
+  const int64_t bh = r / Sq, t = r - bh * Sq;
+  const int64_t off = vsa_head_offset(layout, H, Sq, D, bh) + t * vsa_token_stride(layout, H, D);
   /* Pairs of bf16 as 32-bit words (D is even, rows 4-byte aligned). */
-  const uint32_t *a = reinterpret_cast<const uint32_t *>(dO + r * D);
-  const uint32_t *b = reinterpret_cast<const uint32_t *>(o + r * D);
+  const uint32_t *a = reinterpret_cast<const uint32_t *>(dO + off);
+  const uint32_t *b = reinterpret_cast<const uint32_t *>(o + off);
   float acc = 0.f;
   for (int w = lane; w < D / 2; w += 32) {
     const uint32_t x = __ldg(a + w), y = __ldg(b + w);
@@ -401,7 +429,7 @@ bsa_backward_dkdv_ref_kernel(const uint16_t *__restrict__ dO,
                              const int32_t *__restrict__ vbs,
                              float *__restrict__ dk, float *__restrict__ dv,
                              int H, int Sq, int Skv, float sm_scale,
-                             float scale2, int sub)
+                             float scale2, int sub, int layout)
 {
   constexpr int FL = RefTile<D>::FLOATS;
   extern __shared__ float4 smem4[];
@@ -414,7 +442,8 @@ bsa_backward_dkdv_ref_kernel(const uint16_t *__restrict__ dO,
   const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* j: kv tile */
   const int nq = Sq / (REF_BLK * sub), nkv = Skv / (REF_BLK * sub); /* blocks */
   const int64_t bh = (int64_t)b * H + h, row = bh * nkv + j / sub;
-  const int64_t q0 = bh * Sq; /* first q row of this (b, h) */
+  const int64_t q0 = bh * Sq; /* first q row of this (b, h): lse, Delta */
+  const int ld = ref_ld(layout, H, D); /* token to token */
   const int nv = clamp_int(vbs[j / sub] - REF_BLK * (j % sub), 0, REF_BLK);
   /* A block without valid keys has dk = dv = 0: skip its list. */
   const int count = nv == 0 ? 0 : clamp_int(k2q_num[row], 0, width);
@@ -426,20 +455,24 @@ bsa_backward_dkdv_ref_kernel(const uint16_t *__restrict__ dO,
 #pragma unroll
     for (int e = 0; e < D / 16; e++) dk_acc[a][e] = dv_acc[a][e] = 0.f;
 
-  const int64_t kv0 = bh * Skv + (int64_t)j * REF_BLK;
+  /* Token 0 of kv tile j of this head in k, v, dk, dv. */
+  const int64_t kvo = ref_head(layout, b, h, H, Skv, D) + (int64_t)j * REF_BLK * ld;
   if (count > 0) {
-    load_tile<D>(Ks, k + kv0 * D, nv);
-    load_tile<D>(Vs, v + kv0 * D, nv);
+    load_tile<D>(Ks, k + kvo, ld, nv);
+    load_tile<D>(Vs, v + kvo, ld, nv);
   }
 
   for (int n = 0; n < count * sub; n++) {
     const int ib = list[n / sub]; /* q block; its tile n % sub */
     if (ib < 0 || ib >= nq) continue; /* bad index: skip, never fault */
-    const int64_t r0 = q0 + ((int64_t)ib * sub + n % sub) * REF_BLK;
+    const int64_t t0 = ((int64_t)ib * sub + n % sub) * REF_BLK, r0 = q0 + t0;
 
     __syncthreads(); /* previous TN GEMMs done with Qs, dOs, Ps, dSs */
-    load_tile<D>(Qs, q + r0 * D, REF_BLK);
-    load_tile<D>(dOs, dO + r0 * D, REF_BLK);
+    /* Token t0 of this head in q, dO (computed here, not held across the
+     * loop: at D = 64 registers are short). */
+    const int64_t qo = ref_head(layout, blockIdx.z, blockIdx.y, H, Sq, D) + t0 * ld;
+    load_tile<D>(Qs, q + qo, ld, REF_BLK);
+    load_tile<D>(dOs, dO + qo, ld, REF_BLK);
     if (threadIdx.x < REF_BLK) lse_s[threadIdx.x] = lse[r0 + threadIdx.x];
     else if (threadIdx.x < 2 * REF_BLK)
       delta_s[threadIdx.x - REF_BLK] = delta[r0 + threadIdx.x - REF_BLK];
@@ -474,7 +507,7 @@ bsa_backward_dkdv_ref_kernel(const uint16_t *__restrict__ dO,
 #pragma unroll
   for (int a = 0; a < 4; a++) {
     const int c = 4 * ty + a;
-    const int64_t off = (kv0 + c) * D;
+    const int64_t off = kvo + (int64_t)c * ld;
     store_row<D>(dk + off, dk_acc[a], sm_scale, c >= nv, tx);
     store_row<D>(dv + off, dv_acc[a], 1.f, c >= nv, tx);
   }
@@ -501,7 +534,7 @@ bsa_backward_dq_ref_kernel(const uint16_t *__restrict__ dO,
                            const int32_t *__restrict__ q2k_num, int width,
                            const int32_t *__restrict__ vbs,
                            float *__restrict__ dq, int H, int Sq, int Skv,
-                           float sm_scale, float scale2, int sub)
+                           float sm_scale, float scale2, int sub, int layout)
 {
   constexpr int FL = RefTile<D>::FLOATS;
   extern __shared__ float4 smem4[];
@@ -512,8 +545,12 @@ bsa_backward_dq_ref_kernel(const uint16_t *__restrict__ dO,
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z; /* i: q tile */
   const int nq = Sq / (REF_BLK * sub), nkv = Skv / (REF_BLK * sub); /* blocks */
   const int64_t bh = (int64_t)b * H + h, row = bh * nq + i / sub;
-  const int64_t r0 = bh * Sq + (int64_t)i * REF_BLK; /* first q row */
-  const uint16_t *kh = k + bh * Skv * D, *vh = v + bh * Skv * D;
+  const int64_t r0 = bh * Sq + (int64_t)i * REF_BLK; /* first q row: lse, Delta */
+  const int ld = ref_ld(layout, H, D); /* token to token */
+  /* Token 0 of q tile i in q, dO, dq, and of this head in k, v. */
+  const int64_t qo = ref_head(layout, b, h, H, Sq, D) + (int64_t)i * REF_BLK * ld;
+  const int64_t kvo = ref_head(layout, b, h, H, Skv, D);
+  const uint16_t *kh = k + kvo, *vh = v + kvo;
   const int32_t *list = q2k_idx + row * width;
   const int count = clamp_int(q2k_num[row], 0, width);
 
@@ -527,8 +564,8 @@ bsa_backward_dq_ref_kernel(const uint16_t *__restrict__ dO,
   }
 
   if (count > 0) {
-    load_tile<D>(Qs, q + r0 * D, REF_BLK);
-    load_tile<D>(dOs, dO + r0 * D, REF_BLK);
+    load_tile<D>(Qs, q + qo, ld, REF_BLK);
+    load_tile<D>(dOs, dO + qo, ld, REF_BLK);
   }
 
   for (int n = 0; n < count * sub; n++) {
@@ -539,8 +576,8 @@ bsa_backward_dq_ref_kernel(const uint16_t *__restrict__ dO,
     const int j = jb * sub + part; /* kv tile */
 
     __syncthreads(); /* previous dS·K done with Ks, Vs, dSs */
-    load_tile<D>(Ks, kh + (int64_t)j * REF_BLK * D, nv);
-    load_tile<D>(Vs, vh + (int64_t)j * REF_BLK * D, nv);
+    load_tile<D>(Ks, kh + (int64_t)j * REF_BLK * ld, ld, nv);
+    load_tile<D>(Vs, vh + (int64_t)j * REF_BLK * ld, ld, nv);
     __syncthreads();
 
     float s[4][4] = {}, dp[4][4] = {};
@@ -565,7 +602,7 @@ bsa_backward_dq_ref_kernel(const uint16_t *__restrict__ dO,
   /* Rows with no valid key accumulated nothing: dq = 0 exactly. */
 #pragma unroll
   for (int a = 0; a < 4; a++)
-    store_row<D>(dq + (r0 + ty + 16 * a) * D, dq_acc[a], sm_scale, false, tx);
+    store_row<D>(dq + qo + (int64_t)(ty + 16 * a) * ld, dq_acc[a], sm_scale, false, tx);
 }
 
 // ---------------------------------------------------------------------------
@@ -576,6 +613,7 @@ static bool
 ref_shape_ok(const vsa_shape *s)
 {
   return s && s->B >= 1 && s->H >= 1 && s->B <= 65535 && s->H <= 65535 &&
+         (s->layout == VSA_BHSD || s->layout == VSA_BSHD) &&
          s->block >= REF_BLK && s->block <= VSA_BLOCK_MAX && s->block % REF_BLK == 0 &&
          s->Sq >= 0 && s->Skv >= 0 && s->Sq % s->block == 0 &&
          s->Skv % s->block == 0 && (s->D == 64 || s->D == 128);
@@ -604,7 +642,7 @@ forward_ref_launch(const vsa_shape *s, const uint16_t *d_q,
   const dim3 grid(s->Sq / REF_BLK, s->H, s->B);
   bsa_forward_ref_kernel<D><<<grid, REF_THREADS, smem, stream>>>(
       d_q, d_k, d_v, d_q2k_idx, d_q2k_num, q2k_width, d_vbs, d_o, d_lse,
-      s->H, s->Sq, s->Skv, s->sm_scale * (float)VSA_LOG2E, s->block / REF_BLK);
+      s->H, s->Sq, s->Skv, s->sm_scale * (float)VSA_LOG2E, s->block / REF_BLK, s->layout);
   return cudaGetLastError();
 }
 
@@ -654,13 +692,15 @@ backward_ref_launch(const vsa_shape *s, const uint16_t *d_dO,
     const dim3 grid(s->Skv / REF_BLK, s->H, s->B);
     bsa_backward_dkdv_ref_kernel<D><<<grid, REF_THREADS, smem_dkdv, stream>>>(
         d_dO, d_q, d_k, d_v, d_lse, d_delta, d_k2q_idx, d_k2q_num, k2q_width,
-        d_vbs, d_dk, d_dv, s->H, s->Sq, s->Skv, s->sm_scale, scale2, s->block / REF_BLK);
+        d_vbs, d_dk, d_dv, s->H, s->Sq, s->Skv, s->sm_scale, scale2, s->block / REF_BLK,
+        s->layout);
   }
   if (s->Sq > 0) {
     const dim3 grid(s->Sq / REF_BLK, s->H, s->B);
     bsa_backward_dq_ref_kernel<D><<<grid, REF_THREADS, smem_dq, stream>>>(
         d_dO, d_q, d_k, d_v, d_lse, d_delta, d_q2k_idx, d_q2k_num, q2k_width,
-        d_vbs, d_dq, s->H, s->Sq, s->Skv, s->sm_scale, scale2, s->block / REF_BLK);
+        d_vbs, d_dq, s->H, s->Sq, s->Skv, s->sm_scale, scale2, s->block / REF_BLK,
+        s->layout);
   }
   return cudaGetLastError();
 }
@@ -688,7 +728,7 @@ bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q,
     const int64_t ctas = (rows + per_cta - 1) / per_cta;
     if (ctas > 0x7fffffff) return cudaErrorInvalidValue;
     bsa_delta_ref_kernel<<<(unsigned)ctas, REF_THREADS, 0, stream>>>(
-        d_dO, d_o, d_delta, rows, s->D);
+        d_dO, d_o, d_delta, rows, s->D, s->H, s->Sq, s->layout);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }

@@ -42,7 +42,10 @@
  * run. dK/dV in list order; q chunks add their fp32 partials in order.
  * Semantics as the reference (src/core/bsa.h) at block 128: entries outside
  * [0, nq) or the chunk skipped, counts clamped, kv rows >= vbs[j] zeroed in
- * shared memory and masked, empty lists give exact-zero dK/dV. BHSD layout.
+ * shared memory and masked, empty lists give exact-zero dK/dV. Both token
+ * layouts (BHSD, BSHD): 3D TMA maps (common/bwd_prep.h, tile_map) load the
+ * same shared-memory tiles either way; the dK/dV epilogue stores rows H·D
+ * apart in BSHD.
  */
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -107,6 +110,7 @@ struct params {
   const int *row_exp;
   const int32_t *k2q_idx, *k2q_num, *vbs, *order;
   int k2q_width, nq, nkv, q_chunk, chunks, group_items;
+  int H, layout; // heads a batch; vsa_layout of q, k, v, dO, dk, dv
   int64_t tickets;
   float sm_scale, scale_log2;
   float *dq_accum; // fp32 or int32 (deterministic), quarter layout of 64-row blocks
@@ -201,13 +205,14 @@ read_item(const params &p, uint32_t base, uint32_t k, item &it)
 
 /* A 128-row, 128-column bf16 tile by four 64x64 TMA boxes: [column
  * half][row half], the two row halves of one region 8 KB apart (the same
- * bytes one 128-row box would write). */
+ * bytes one 128-row box would write). hc, row0: the map coordinates of its
+ * first token (vsa_bwd::tma_head). */
 __device__ __forceinline__ void
-load_tile(uint32_t dst, const CUtensorMap *m, int64_t row0, uint32_t bar)
+load_tile(uint32_t dst, const CUtensorMap *m, int hc, int row0, uint32_t bar)
 {
   for (int h = 0; h < 2; h++)
     for (int rh = 0; rh < 2; rh++)
-      tma_load_2d(dst + h * REGION + rh * (REGION / 2), m, 64 * h, (int)(row0 + SUB * rh), bar);
+      tma_load_3d(dst + h * REGION + rh * (REGION / 2), m, 64 * h, hc, row0 + SUB * rh, bar);
 }
 
 // ----------------------------------------------------------------------------
@@ -238,13 +243,15 @@ producer(const params &p, uint32_t base)
     }
     if (t >= p.tickets) return;
     if (valid == 0) continue;
-    const int64_t kv_row0 = it.bh * ((int64_t)p.nkv * BLK) + (int64_t)it.j * BLK;
     if (lead) {
+      // The head's map coordinates (vsa_bwd::tma_head), once an item.
+      const vsa_bwd::head_coord kh = vsa_bwd::tma_head(p.layout, p.H, (int64_t)p.nkv * BLK, it.bh);
+      const vsa_bwd::head_coord qh = vsa_bwd::tma_head(p.layout, p.H, (int64_t)p.nq * BLK, it.bh);
       mbar_wait(bar_addr(base, B_KV_FREE), ph_free(kc));
       const uint32_t full = bar_addr(base, B_KV_FULL);
       mbar_arrive_expect_tx(full, 2 * TILE);
-      load_tile(base + OFF_K, &p.tm_k, kv_row0, full);
-      load_tile(base + OFF_V, &p.tm_v, kv_row0, full);
+      load_tile(base + OFF_K, &p.tm_k, kh.h, kh.row + it.j * BLK, full);
+      load_tile(base + OFF_V, &p.tm_v, kh.h, kh.row + it.j * BLK, full);
       int e = it.l.next(0);
       for (int n = 0; n < valid; n++, gs++) {
         const int i = __ldg(it.l.list + e);
@@ -252,9 +259,9 @@ producer(const params &p, uint32_t base)
         mbar_wait(bar_addr(base, B_EMPTY), ph_free(gs));
         const uint32_t f = bar_addr(base, B_FULL), st = base + OFF_SLOT;
         mbar_arrive_expect_tx(f, SLOT);
-        const int64_t r0 = it.bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK;
-        load_tile(st, &p.tm_q, r0, f);
-        load_tile(st + TILE, &p.tm_do, r0, f);
+        const int64_t r0 = it.bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK; // lse, Delta
+        load_tile(st, &p.tm_q, qh.h, qh.row + i * BLK, f);
+        load_tile(st + TILE, &p.tm_do, qh.h, qh.row + i * BLK, f);
         bulk_load(st + 2 * TILE, p.lse + r0, BLK * 4, f);
         bulk_load(st + 2 * TILE + 512, p.delta + r0, BLK * 4, f);
       }
@@ -519,6 +526,10 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
       mbar_wait(bar_addr(base, B_ACC_FULL), ph(kc));
       tc05::fence_after();
     }
+    // This lane's column of j's first token in dk/dv (layout-aware; out of
+    // the loop, where the 64 accumulators are not yet live).
+    const int64_t out0 =
+        vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, it.bh, (int64_t)it.j * BLK) + r;
 #pragma unroll 1
     for (int t = 0; t < 4; t++) { // t >> 1: 0 dV (no scale), 1 dK (sm_scale); t & 1: kv half
       float a[64];
@@ -542,10 +553,12 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
         for (int x = 0; x < 16; x++)
           __stcg(part + (16 * t + x) * 128, make_float4(a[4 * x], a[4 * x + 1], a[4 * x + 2], a[4 * x + 3]));
       } else {
-        __nv_bfloat16 *out = ((t >> 1) ? p.dk : p.dv) + (kv_row0 + 64 * (t & 1)) * D + r;
+        // Column r of 64 rows in the layout: a warp stores 64 contiguous
+        // bytes of one row at a time (rows H·D apart in BSHD).
+        __nv_bfloat16 *out = ((t >> 1) ? p.dk : p.dv) + out0 +
+                             (t & 1) * (int64_t)(64 * vsa_bwd::token_stride(p.layout, p.H));
         const float sc = (t >> 1) ? p.sm_scale : 1.f;
-#pragma unroll
-        for (int x = 0; x < 64; x++) out[(int64_t)x * D] = __float2bfloat16_rn(a[x] * sc);
+        vsa_bwd::store_column(out, p.layout == VSA_BSHD ? p.H : 0, a, sc);
       }
     }
     if (steps > 0) {
@@ -692,7 +705,8 @@ SM100_B128_FN(bsa_b128_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const u
                                int deterministic, int q_chunk, int sm_count, cudaStream_t stream)
 {
   if (vsa_bwd::block_of(s) != BLK || s->D != D || s->Sq % BLK || s->Skv % BLK || s->Sq <= 0 ||
-      s->Skv <= 0 || k2q_width < 1 || sm_count < 1)
+      s->Skv <= 0 || k2q_width < 1 || sm_count < 1 ||
+      (s->layout != VSA_BHSD && s->layout != VSA_BSHD))
     return cudaErrorInvalidValue;
   const int64_t BH = (int64_t)s->B * s->H, rows = BH * s->Sq, kv_rows = BH * s->Skv;
   if (rows >= (1ll << 31) || kv_rows >= (1ll << 31)) return cudaErrorInvalidValue;
@@ -705,15 +719,19 @@ SM100_B128_FN(bsa_b128_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const u
   char *ws = static_cast<char *>(d_scratch);
 
   params p;
-  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, d_q, rows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, d_dO, rows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, d_k, kv_rows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, d_v, kv_rows);
+  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, d_q, s->layout, s->B, s->H, s->Sq);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, d_dO, s->layout, s->B, s->H, s->Sq);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, d_k, s->layout, s->B, s->H, s->Skv);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, d_v, s->layout, s->B, s->H, s->Skv);
   if (e != cudaSuccess) return e;
 
   vsa_bwd::prep_params pp = {};
   pp.dO = d_dO;
   pp.o = d_o;
+  pp.layout = s->layout;
+  pp.H = s->H;
+  pp.Sq = s->Sq;
+  pp.Skv = s->Skv;
   pp.delta = reinterpret_cast<float *>(ws + m.delta);
   pp.dq_accum = reinterpret_cast<float *>(ws);
   pp.rows = rows;
@@ -745,6 +763,8 @@ SM100_B128_FN(bsa_b128_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const u
   p.vbs = d_vbs;
   p.order = pp.order;
   p.k2q_width = k2q_width;
+  p.H = s->H;
+  p.layout = s->layout;
   p.nq = nq;
   p.nkv = nkv;
   p.q_chunk = chunks > 1 ? qc : nq;
@@ -780,5 +800,5 @@ SM100_B128_FN(bsa_b128_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const u
   if (e != cudaSuccess) return e;
   return vsa_bwd::launch_dq_finish(pp.dq_accum, d_dq, s->sm_scale, rows,
                                    deterministic ? vsa_bwd::DQ_QUARTERS_FIXED : vsa_bwd::DQ_QUARTERS,
-                                   pp.row_exp, stream);
+                                   pp.row_exp, s->layout, s->H, s->Sq, stream);
 }

@@ -48,7 +48,11 @@
  * chunk's q range are skipped, counts clamped to the width, padded kv rows
  * (>= vbs) zeroed in shared memory and masked, empty lists give exact-zero
  * dK/dV; head dim 128; any B, H, Sq != Skv, odd block counts; 64-bit
- * offsets (TMA rows < 2^31).
+ * offsets (TMA rows < 2^31). Both token layouts (BHSD, BSHD): the TMA
+ * maps are 3D (column, head, row; common/bwd_prep.h, tile_map), so every
+ * box is still 64 rows of 128 contiguous bytes and the shared-memory
+ * tiles are the same bytes; a work item finds its head's coordinates once
+ * (tma_head), and the dK/dV epilogue stores rows H·D apart in BSHD.
  */
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -125,6 +129,7 @@ struct params {
   const int *row_exp; // deterministic: per-row fixed-point exponent
   const int32_t *k2q_idx, *k2q_num, *vbs, *order;
   int k2q_width, H, nq, nkv, q_chunk, chunks, groups, group_items;
+  int layout; // vsa_layout of q, k, v, dO, dk, dv (the maps are built for it)
   int64_t tickets;
   float sm_scale, scale_log2;
   float *dq_accum; // fp32 or int32 (deterministic) accumulator, quarter layout
@@ -253,15 +258,18 @@ producer(const params &p, uint32_t base)
     if (t >= p.tickets) return;
     const int steps = (valid + 1) >> 1;
     if (steps == 0) continue;
-    const int64_t kv_row0 = it.bh * ((int64_t)p.nkv * BLK) + (int64_t)it.j * BLK;
     if (lead) {
+      // The head's map coordinates (vsa_bwd::tma_head), once an item.
+      const vsa_bwd::head_coord kh = vsa_bwd::tma_head(p.layout, p.H, (int64_t)p.nkv * BLK, it.bh);
+      const vsa_bwd::head_coord qh = vsa_bwd::tma_head(p.layout, p.H, (int64_t)p.nq * BLK, it.bh);
+      const int kr = kh.row + it.j * BLK;
       mbar_wait(bar_addr(base, B_KV_FREE), ph_free(kc));
       const uint32_t full = bar_addr(base, B_KV_FULL);
       mbar_arrive_expect_tx(full, 4 * REGION);
-      tma_load_2d(base + OFF_K, &p.tm_k, 0, (int)kv_row0, full);
-      tma_load_2d(base + OFF_K + REGION, &p.tm_k, 64, (int)kv_row0, full);
-      tma_load_2d(base + OFF_V, &p.tm_v, 0, (int)kv_row0, full);
-      tma_load_2d(base + OFF_V + REGION, &p.tm_v, 64, (int)kv_row0, full);
+      tma_load_3d(base + OFF_K, &p.tm_k, 0, kh.h, kr, full);
+      tma_load_3d(base + OFF_K + REGION, &p.tm_k, 64, kh.h, kr, full);
+      tma_load_3d(base + OFF_V, &p.tm_v, 0, kh.h, kr, full);
+      tma_load_3d(base + OFF_V + REGION, &p.tm_v, 64, kh.h, kr, full);
       int e = it.l.next(0);
       for (int n = 0; n < steps; n++, gs++) {
         const int i0 = __ldg(it.l.list + e);
@@ -272,13 +280,15 @@ producer(const params &p, uint32_t base)
         mbar_wait(bar_addr(base, B_EMPTY + sl), ph_free(gs >> 1));
         const uint32_t f = bar_addr(base, B_FULL + sl), st = base + OFF_RING + sl * SLOT;
         mbar_arrive_expect_tx(f, SLOT);
+        // r0, r1: rows of lse/Delta (head-major); t0, t1: map rows.
         const int64_t r0 = it.bh * ((int64_t)p.nq * BLK) + (int64_t)i0 * BLK;
         const int64_t r1 = it.bh * ((int64_t)p.nq * BLK) + (int64_t)i1 * BLK;
+        const int t0 = qh.row + i0 * BLK, t1 = qh.row + i1 * BLK;
         for (int h = 0; h < 2; h++) {
-          tma_load_2d(st + h * PAIR_HALF, &p.tm_q, 64 * h, (int)r0, f);
-          tma_load_2d(st + h * PAIR_HALF + REGION, &p.tm_q, 64 * h, (int)r1, f);
-          tma_load_2d(st + PAIR + h * PAIR_HALF, &p.tm_do, 64 * h, (int)r0, f);
-          tma_load_2d(st + PAIR + h * PAIR_HALF + REGION, &p.tm_do, 64 * h, (int)r1, f);
+          tma_load_3d(st + h * PAIR_HALF, &p.tm_q, 64 * h, qh.h, t0, f);
+          tma_load_3d(st + h * PAIR_HALF + REGION, &p.tm_q, 64 * h, qh.h, t1, f);
+          tma_load_3d(st + PAIR + h * PAIR_HALF, &p.tm_do, 64 * h, qh.h, t0, f);
+          tma_load_3d(st + PAIR + h * PAIR_HALF + REGION, &p.tm_do, 64 * h, qh.h, t1, f);
         }
         const uint32_t stats = st + 2 * PAIR;
         bulk_load(stats, p.lse + r0, BLK * 4, f);
@@ -535,6 +545,9 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
       mbar_wait(bar_addr(base, B_ACC_FULL), ph(kc));
       tc05::fence_after();
     }
+    // This lane's column of j's first token in dk/dv (layout-aware).
+    const int64_t out0 =
+        vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, it.bh, (int64_t)it.j * BLK) + r;
 #pragma unroll 1
     for (int t = 0; t < 2; t++) { // 0: dV (no scale), 1: dK (sm_scale)
       float a[64];
@@ -557,10 +570,11 @@ drain(const params &p, uint32_t base, unsigned char *base_ptr, uint32_t tmem)
         for (int x = 0; x < 16; x++)
           __stcg(part + (16 * t + x) * 128, make_float4(a[4 * x], a[4 * x + 1], a[4 * x + 2], a[4 * x + 3]));
       } else {
-        __nv_bfloat16 *out = (t ? p.dk : p.dv) + kv_row0 * D + r;
+        // Column r of j's 64 rows in the layout: a warp stores 64 contiguous
+        // bytes of one row at a time (rows H·D apart in BSHD).
+        __nv_bfloat16 *out = (t ? p.dk : p.dv) + out0;
         const float sc = t ? p.sm_scale : 1.f;
-#pragma unroll
-        for (int x = 0; x < 64; x++) out[(int64_t)x * D] = __float2bfloat16_rn(a[x] * sc);
+        vsa_bwd::store_column(out, p.layout == VSA_BSHD ? p.H : 0, a, sc);
       }
     }
     if (steps > 0) {
@@ -715,6 +729,7 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
                               void *d_scratch, uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
                               int deterministic, int q_chunk, int sm_count, cudaStream_t stream)
 {
+  if (s->layout != VSA_BHSD && s->layout != VSA_BSHD) return cudaErrorInvalidValue;
   if (vsa_bwd::block_of(s) == 128) // the native 128-token kernel (bsa_bwd_b128_sm100a.cu)
     return SM100_B128_FN(bsa_b128_sm100a)(s, d_dO, d_q, d_k, d_v, d_o, d_lse, d_k2q_idx,
                                           d_k2q_num, k2q_width, d_vbs, d_scratch, d_dq, d_dk,
@@ -734,15 +749,19 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
   char *ws = static_cast<char *>(d_scratch);
 
   params p;
-  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, d_q, rows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, d_dO, rows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, d_k, kv_rows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, d_v, kv_rows);
+  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, d_q, s->layout, s->B, s->H, s->Sq);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, d_dO, s->layout, s->B, s->H, s->Sq);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, d_k, s->layout, s->B, s->H, s->Skv);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, d_v, s->layout, s->B, s->H, s->Skv);
   if (e != cudaSuccess) return e;
 
   vsa_bwd::prep_params pp = {};
   pp.dO = d_dO;
   pp.o = d_o;
+  pp.layout = s->layout;
+  pp.H = s->H;
+  pp.Sq = s->Sq;
+  pp.Skv = s->Skv;
   pp.delta = reinterpret_cast<float *>(ws + m.delta);
   pp.dq_accum = reinterpret_cast<float *>(ws);
   pp.rows = rows;
@@ -770,6 +789,7 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
   p.order = pp.order;
   p.k2q_width = k2q_width;
   p.H = s->H;
+  p.layout = s->layout;
   p.nq = nq;
   p.nkv = nkv;
   p.q_chunk = chunks > 1 ? q_chunk : nq;
@@ -804,5 +824,5 @@ SM100_FN(bsa_backward_sm100a)(const vsa_shape *s, const uint16_t *d_dO, const ui
   if (e != cudaSuccess) return e;
   return vsa_bwd::launch_dq_finish(pp.dq_accum, d_dq, s->sm_scale, rows,
                                    deterministic ? vsa_bwd::DQ_QUARTERS_FIXED : vsa_bwd::DQ_QUARTERS,
-                                   pp.row_exp, stream);
+                                   pp.row_exp, s->layout, s->H, s->Sq, stream);
 }

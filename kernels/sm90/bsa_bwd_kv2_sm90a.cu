@@ -89,13 +89,14 @@ producer(const sm90_ws_params &p, int64_t bh, int ja, int jb, int lo, int hi, ui
   for (int w = 0; w < 2; w++) l[w].e = next_entry(l[w].idx, 0, l[w].cnt, lo, hi);
   if (l[0].e < l[0].cnt || l[1].e < l[1].cnt) {
     const int tiles = jb >= 0 ? 2 : 1;
+    const vsa_bwd::head_coord kh = vsa_bwd::tma_head(p.layout, p.H, (int64_t)p.nkv * BLK, bh);
     mbar_arrive_expect_tx(bar_kv, tiles * 2 * TILE);
-    for (int w = 0; w < tiles; w++) {
-      const int kr = (int)(bh * ((int64_t)p.nkv * BLK) + (int64_t)js[w] * BLK);
-      load_kv_tiles(p, kr, base + OFF_KV + w * 2 * TILE, base + OFF_KV + w * 2 * TILE + TILE,
-                    bar_kv);
-    }
+    for (int w = 0; w < tiles; w++)
+      load_kv_tiles(p, kh.h, kh.row + js[w] * BLK, base + OFF_KV + w * 2 * TILE,
+                    base + OFF_KV + w * 2 * TILE + TILE, bar_kv);
   }
+  // The head's q-side map coordinates, once a CTA (vsa_bwd::tma_head).
+  const vsa_bwd::head_coord qh = vsa_bwd::tma_head(p.layout, p.H, (int64_t)p.nq * BLK, bh);
   // A stage's tag names its q block until the stage is refilled: the
   // reduce reads it back from there.
   volatile int2 *tags = reinterpret_cast<volatile int2 *>(base_ptr + OFF_TAGS);
@@ -120,7 +121,7 @@ producer(const sm90_ws_params &p, int64_t bh, int ja, int jb, int lo, int hi, ui
     if (ib == i) l[1].e = next_entry(l[1].idx, l[1].e + 1, l[1].cnt, lo, hi);
     tags[s].x = i;
     tags[s].y = mask;
-    load_q_stage(p, bh, i, st, base + OFF_RSTATS + s * STATS_BYTES, bar_full + 8 * s);
+    load_q_stage(p, bh, qh, i, st, base + OFF_RSTATS + s * STATS_BYTES, bar_full + 8 * s);
   }
   // n items went out; the last min(n, STAGES - 1) of them still hold dQ.
   for (int m = n - STAGES + 1 > 0 ? n - STAGES + 1 : 0; m < n; m++) {
@@ -224,8 +225,11 @@ consumer(const sm90_ws_params &p, int64_t bh, int j, int c, uint32_t base,
   }
   if (j < 0) return;
   const int64_t kv_row0 = bh * ((int64_t)p.nkv * BLK) + (int64_t)j * BLK;
-  finish_kv(kv_row0, c, p.chunks, p.kv_acc, p.kv_sem + bh * p.nkv + j, p.dk, p.dv, p.sm_scale,
-            bar, acc_dk, acc_dv);
+  // dk/dv rows of j in the layout; partials by kv_row0 (scratch).
+  const int64_t out0 = vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, bh,
+                                             (int64_t)j * BLK);
+  finish_kv(kv_row0, out0, vsa_bwd::token_stride(p.layout, p.H), c, p.chunks, p.kv_acc,
+            p.kv_sem + bh * p.nkv + j, p.dk, p.dv, p.sm_scale, bar, acc_dk, acc_dv);
 }
 
 template <bool FIXED>

@@ -29,6 +29,11 @@
  * zero dk/dv. dk/dv are bitwise deterministic for a given list order; dq is
  * summed with atomics (order varies run to run within fp32 rounding).
  *
+ * Token layouts BHSD and BSHD (vsa_shape.layout): v1/v2 read Q, dO, K, V
+ * rows token_stride apart with cp.async, v3/v4 through 3D TMA maps
+ * (common/bwd_prep.h); dk, dv (store_rows) and dq (the postprocess) are
+ * written in the layout. Each row is 256 contiguous bytes either way.
+ *
  * Built for sm_90a only (wgmma); head dim 128.
  */
 #include <cuda_bf16.h>
@@ -48,27 +53,30 @@ struct bwd_params : sm90_bwd_common {
   const __nv_bfloat16 *dO, *q, *k, *v;
 };
 
-/* Copy a 64x128 bf16 tile (rows D elements apart) into two swizzled regions. */
+/* Copy a 64x128 bf16 tile (rows ld elements apart: vsa_bwd::token_stride)
+ * into two swizzled regions. */
 __device__ __forceinline__ void
-load_tile(uint32_t dst, const __nv_bfloat16 *src)
+load_tile(uint32_t dst, const __nv_bfloat16 *src, int ld)
 {
 #pragma unroll
   for (int c = 0; c < 8; c++) {
     int id = threadIdx.x + CONSUMER_THREADS * c;
     int row = id >> 4, c16 = id & 15;
     uint32_t off = (c16 >> 3) * REGION + row * 128 + ((((c16 & 7) ^ (row & 7))) << 4);
-    cp_async16(dst + off, src + (int64_t)row * D + c16 * 8);
+    cp_async16(dst + off, src + (int64_t)row * ld + c16 * 8);
   }
 }
 
-/* Q_i, dO_i, lse_i and Delta_i of q block i into stage s. */
+/* Q_i, dO_i, lse_i and Delta_i of q block i into stage s (q_head: the
+ * element offset of head bh's token 0 in q and dO, ld: the token stride). */
 __device__ __forceinline__ void
-load_stage(const bwd_params &p, uint32_t base, int s, int64_t bh, int i)
+load_stage(const bwd_params &p, uint32_t base, int s, int64_t bh, int64_t q_head, int ld, int i)
 {
   int64_t row0 = bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK;
   uint32_t st = base + OFF_STAGE + s * STAGE_BYTES;
-  load_tile(st, p.q + row0 * D);
-  load_tile(st + TILE, p.dO + row0 * D);
+  const int64_t off = q_head + (int64_t)i * BLK * ld;
+  load_tile(st, p.q + off, ld);
+  load_tile(st + TILE, p.dO + off, ld);
   int t = threadIdx.x;
   if (t < 32) {
     const float *src = (t < 16 ? p.lse : p.delta) + row0 + (t & 15) * 4;
@@ -85,9 +93,13 @@ bwd_kernel(const bwd_params p)
   const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int64_t bh = (int64_t)b * p.H + h;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t kv_row0 = bh * ((int64_t)p.nkv * BLK) + (int64_t)j * BLK;
-  __nv_bfloat16 *dk_out = p.dk + kv_row0 * D;
-  __nv_bfloat16 *dv_out = p.dv + kv_row0 * D;
+  // Token offsets in the layout (BHSD: row·D as before).
+  const int ld = vsa_bwd::token_stride(p.layout, p.H);
+  const int64_t kv_off = vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, bh,
+                                               (int64_t)j * BLK);
+  const int64_t q_head = vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nq * BLK, bh, 0);
+  __nv_bfloat16 *dk_out = p.dk + kv_off;
+  __nv_bfloat16 *dv_out = p.dv + kv_off;
 
   int cnt = p.k2q_num[bh * p.nkv + j];
   cnt = min(max(cnt, 0), p.k2q_width);
@@ -99,17 +111,17 @@ bwd_kernel(const bwd_params p)
 #pragma unroll
   for (int x = 0; x < 64; x++) acc_dk[x] = acc_dv[x] = 0.f;
   if (e >= cnt) { // nothing selects this kv block: exact zeros
-    store_rows(dk_out, acc_dk, 0.f);
-    store_rows(dv_out, acc_dv, 0.f);
+    store_rows(dk_out, ld, acc_dk, 0.f);
+    store_rows(dv_out, ld, acc_dv, 0.f);
     return;
   }
 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023) & ~1023u;
   unsigned char *base_ptr = smem_raw + (base - smem_addr(smem_raw));
-  load_tile(base + OFF_K, p.k + kv_row0 * D);
-  load_tile(base + OFF_V, p.v + kv_row0 * D);
-  load_stage(p, base, 0, bh, __ldg(list + e));
+  load_tile(base + OFF_K, p.k + kv_off, ld);
+  load_tile(base + OFF_V, p.v + kv_off, ld);
+  load_stage(p, base, 0, bh, q_head, ld, __ldg(list + e));
   cp_async_commit();
 
   const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;  // this thread's kv rows
@@ -119,7 +131,7 @@ bwd_kernel(const bwd_params p)
     const int s = it & 1;
     const int i = __ldg(list + e);
     const int en = next_entry(list, e + 1, cnt, p.nq);
-    if (en < cnt) load_stage(p, base, s ^ 1, bh, __ldg(list + en));
+    if (en < cnt) load_stage(p, base, s ^ 1, bh, q_head, ld, __ldg(list + en));
     cp_async_commit();
     cp_async_wait<1>();
     if (it == 0) {
@@ -160,25 +172,25 @@ bwd_kernel(const bwd_params p)
     e = en;
   }
   if (BULK && threadIdx.x == 0) bulk_wait_all();
-  store_rows(dk_out, acc_dk, p.sm_scale);
-  store_rows(dv_out, acc_dv, 1.f);
+  store_rows(dk_out, ld, acc_dk, p.sm_scale);
+  store_rows(dv_out, ld, acc_dv, 1.f);
 #endif
 }
 
 } // namespace
 
-/* The TMA tensor maps of q, k, v, dO ([B*H*S, 128] bf16 rows) for the v3
- * and v4 kernels. */
+/* The TMA tensor maps of q, k, v, dO (B·H heads of S tokens in p.layout;
+ * vsa_bwd::tile_map) for the v3 and v4 kernels. */
 static cudaError_t
 sm90_tile_maps(sm90_ws_params &p, const void *q, const void *k, const void *v, const void *dO,
                int B, int64_t Sq, int64_t Skv)
 {
   int64_t qrows = (int64_t)B * p.H * Sq, krows = (int64_t)B * p.H * Skv;
   if (qrows >= (1ll << 31) || krows >= (1ll << 31)) return cudaErrorInvalidValue;
-  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, q, qrows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, dO, qrows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, k, krows);
-  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, v, krows);
+  cudaError_t e = vsa_bwd::tile_map(&p.tm_q, q, p.layout, B, p.H, Sq);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_do, dO, p.layout, B, p.H, Sq);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_k, k, p.layout, B, p.H, Skv);
+  if (e == cudaSuccess) e = vsa_bwd::tile_map(&p.tm_v, v, p.layout, B, p.H, Skv);
   return e;
 }
 
@@ -221,6 +233,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
                    vsa_sm90a_variant variant, int deterministic, int q_chunk,
                    cudaStream_t stream)
 {
+  if (s->layout != VSA_BHSD && s->layout != VSA_BSHD) return cudaErrorInvalidValue;
   if (vsa_bwd::block_of(s) == 128) {
     // Block 128: the 64-token sub-block lists (one small launch), then the
     // kernel whose CTA owns both 64-row halves of a kv block (v4): the two
@@ -239,6 +252,10 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   }
   if (vsa_bwd::block_of(s) != 64) return cudaErrorInvalidValue;
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->B * s->H > 65535 || k2q_width < 1)
+    return cudaErrorInvalidValue;
+  // Every offset below is 64-bit, but rows (B·H·S) index lse, Delta and the
+  // accumulator in int and TMA coordinates: below 2^31, as tile_map checks.
+  if ((int64_t)s->B * s->H * s->Sq >= (1ll << 31) || (int64_t)s->B * s->H * s->Skv >= (1ll << 31))
     return cudaErrorInvalidValue;
   const bool ws = variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2; // TMA producer kernels
   if (deterministic && !ws) return cudaErrorInvalidValue;
@@ -259,6 +276,10 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   vsa_bwd::prep_params pp = {};
   pp.dO = d_dO;
   pp.o = d_o;
+  pp.layout = s->layout;
+  pp.H = s->H;
+  pp.Sq = s->Sq;
+  pp.Skv = s->Skv;
   pp.delta = delta;
   pp.dq_accum = dq_accum;
   pp.rows = rows;
@@ -283,6 +304,7 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   c.vbs = d_vbs;
   c.k2q_width = k2q_width;
   c.H = s->H;
+  c.layout = s->layout;
   c.nq = s->Sq / BLK;
   c.nkv = nkv;
   c.sm_scale = s->sm_scale;
@@ -331,5 +353,5 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
                                    variant == VSA_SM90A_ATOMIC ? vsa_bwd::DQ_ROWS
                                    : deterministic             ? vsa_bwd::DQ_ROWS_SWIZZLED_FIXED
                                                                : vsa_bwd::DQ_ROWS_SWIZZLED,
-                                   pp.row_exp, stream);
+                                   pp.row_exp, s->layout, s->H, s->Sq, stream);
 }

@@ -6,7 +6,8 @@
  *    keeps dK, dV in registers and runs the five GEMMs of each pair; it
  *    never issues a load or waits on the copy engine;
  *  - producer warpgroup (threads 128..255, 24 registers; one thread works):
- *    TMA-loads K_j, V_j once and Q_i, dO_i (128B-swizzled boxes), lse_i and
+ *    TMA-loads K_j, V_j once and Q_i, dO_i (128B-swizzled boxes of 3D maps
+ *    that take either token layout, common/bwd_prep.h), lse_i and
  *    Delta_i (bulk copies) into a two-stage ring on mbarriers, and issues
  *    each pair's dQ bulk reduce-add once the consumer has staged it.
  * The dQ partial of pair n is staged in its own dead Q/dO stage; the
@@ -81,8 +82,11 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
   if (!consumer) {
     setmaxnreg_dec<24>();
     if (threadIdx.x != CONSUMER_THREADS || first >= cnt) return;
+    // The head's map coordinates, once a CTA (vsa_bwd::tma_head).
+    const vsa_bwd::head_coord qh = vsa_bwd::tma_head(p.layout, p.H, (int64_t)p.nq * BLK, bh);
+    const vsa_bwd::head_coord kh = vsa_bwd::tma_head(p.layout, p.H, (int64_t)p.nkv * BLK, bh);
     mbar_arrive_expect_tx(bar_kv, 2 * TILE);
-    load_kv_tiles(p, (int)kv_row0, base + OFF_K, base + OFF_V, bar_kv);
+    load_kv_tiles(p, kh.h, kh.row + j * BLK, base + OFF_K, base + OFF_V, bar_kv);
     int staged0 = 0, staged1 = 0; // q block whose pair uses each stage
     int n = 0;
     for (int e = first; e < cnt; e = next_entry(list, e + 1, cnt, lo, hi), n++) {
@@ -95,7 +99,7 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
       }
       const int i = __ldg(list + e);
       if (s) staged1 = i; else staged0 = i;
-      load_q_stage(p, bh, i, st, base + OFF_STATS + s * STATS_BYTES, bar_full + 8 * s);
+      load_q_stage(p, bh, qh, i, st, base + OFF_STATS + s * STATS_BYTES, bar_full + 8 * s);
     }
     for (int m = n >= 2 ? n - 2 : 0; m < n; m++) { // the last pairs' dQ
       const int s = m & 1;
@@ -148,8 +152,11 @@ bwd_ws_kernel(const __grid_constant__ sm90_ws_params p)
     fence_proxy_async(); // the staged dQ is read by the copy engine next
     mbar_arrive(bar_ready + 8 * s);
   }
-  finish_kv(kv_row0, c, p.chunks, p.kv_acc, p.kv_sem + bh * p.nkv + j, p.dk, p.dv, p.sm_scale,
-            BAR_CONSUMERS, acc_dk, acc_dv);
+  // dk/dv rows of j in the layout; partials by kv_row0 (scratch).
+  const int64_t out0 = vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, bh,
+                                             (int64_t)j * BLK);
+  finish_kv(kv_row0, out0, vsa_bwd::token_stride(p.layout, p.H), c, p.chunks, p.kv_acc,
+            p.kv_sem + bh * p.nkv + j, p.dk, p.dv, p.sm_scale, BAR_CONSUMERS, acc_dk, acc_dv);
 #endif
 }
 

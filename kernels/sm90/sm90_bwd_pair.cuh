@@ -57,18 +57,20 @@ next_entry(const int32_t *list, int e, int cnt, int nq)
 }
 
 /* Store a 64x128 fp32 accumulator (wgmma fragment order, consumer threads
- * 0..127) as bf16 rows. */
+ * 0..127) as bf16 rows `ld` elements apart (vsa_bwd::token_stride: D in
+ * BHSD, H·D in BSHD; a row's 256 bytes are contiguous either way). */
 __device__ __forceinline__ void
-store_rows(__nv_bfloat16 *out, const float *acc, float scale)
+store_rows(__nv_bfloat16 *out, int ld, const float *acc, float scale)
 {
   int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   int r0 = warp * 16 + (lane >> 2);
+  __nv_bfloat16 *o0 = out + (int64_t)r0 * ld, *o1 = o0 + (int64_t)8 * ld;
 #pragma unroll
   for (int jn = 0; jn < 16; jn++) {
     int col = jn * 8 + 2 * (lane & 3);
-    *reinterpret_cast<uint32_t *>(out + (int64_t)r0 * D + col) =
+    *reinterpret_cast<uint32_t *>(o0 + col) =
         pack_bf16(acc[4 * jn] * scale, acc[4 * jn + 1] * scale);
-    *reinterpret_cast<uint32_t *>(out + (int64_t)(r0 + 8) * D + col) =
+    *reinterpret_cast<uint32_t *>(o1 + col) =
         pack_bf16(acc[4 * jn + 2] * scale, acc[4 * jn + 3] * scale);
   }
 }
@@ -101,8 +103,10 @@ zero_padded_rows(unsigned char *k, unsigned char *v, int vb)
 }
 
 /* One consumer warpgroup, after the last pair of q chunk c of kv block j:
- * hand dK, dV on (kv_row0: j's first row in dk/dv; bar: the warpgroup's
- * named barrier). With one chunk they go straight out as bf16; otherwise
+ * hand dK, dV on (kv_row0: j's first row, which places its partials in
+ * kv_acc; out0, ld: the element offset of j's first token in dk/dv and
+ * the distance between tokens, vsa_bwd::token_offset/token_stride; bar:
+ * the warpgroup's named barrier). With one chunk they go straight out as bf16; otherwise
  * chunk c waits until chunk c-1 of the same kv block has stored its
  * running sum in kv_acc (its counter in kv_sem reaches c), adds it, and
  * stores the sum (or, for the last chunk, the bf16 outputs) before letting
@@ -110,12 +114,13 @@ zero_padded_rows(unsigned char *k, unsigned char *v, int vb)
  * the wait never depends on a CTA that has not started; the adds happen in
  * chunk order, so dK/dV are the same bits every run. */
 __device__ __forceinline__ void
-finish_kv(int64_t kv_row0, int c, int chunks, float *kv_acc, int *sem, __nv_bfloat16 *dk,
-          __nv_bfloat16 *dv, float sm_scale, int bar, float *acc_dk, float *acc_dv)
+finish_kv(int64_t kv_row0, int64_t out0, int ld, int c, int chunks, float *kv_acc, int *sem,
+          __nv_bfloat16 *dk, __nv_bfloat16 *dv, float sm_scale, int bar, float *acc_dk,
+          float *acc_dv)
 {
   if (chunks == 1) {
-    store_rows(dk + kv_row0 * D, acc_dk, sm_scale);
-    store_rows(dv + kv_row0 * D, acc_dv, 1.f);
+    store_rows(dk + out0, ld, acc_dk, sm_scale);
+    store_rows(dv + out0, ld, acc_dv, 1.f);
     return;
   }
   const int t = threadIdx.x & 127;
@@ -133,8 +138,8 @@ finish_kv(int64_t kv_row0, int c, int chunks, float *kv_acc, int *sem, __nv_bflo
     }
   }
   if (c == chunks - 1) {
-    store_rows(dk + kv_row0 * D, acc_dk, sm_scale);
-    store_rows(dv + kv_row0 * D, acc_dv, 1.f);
+    store_rows(dk + out0, ld, acc_dk, sm_scale);
+    store_rows(dv + out0, ld, acc_dv, 1.f);
     return;
   }
 #pragma unroll

@@ -8,11 +8,12 @@
 #include <stdint.h>
 
 /* What every sm_90a main kernel takes: statistics, lists, shapes, the fp32
- * dQ accumulator and the dK/dV outputs. */
+ * dQ accumulator and the dK/dV outputs. layout: vsa_layout of q, k, v,
+ * dO, dk, dv (lse, Delta, lists and scratch are [B, H, ...] either way). */
 struct sm90_bwd_common {
   const float *lse, *delta;
   const int32_t *k2q_idx, *k2q_num, *vbs;
-  int k2q_width, H, nq, nkv;
+  int k2q_width, H, nq, nkv, layout;
   float sm_scale, scale_log2;
   float *dq_accum;
   __nv_bfloat16 *dk, *dv;
@@ -89,34 +90,37 @@ sm90_launch_main(void (*fp32)(sm90_ws_params), void (*fixed)(sm90_ws_params), in
   return cudaLaunchKernelEx(&cfg, fixed, p);
 }
 
-/* Producer thread of either kernel: TMA-load kv rows [kv_row, kv_row + 64)
- * of K and V into two tiles at k and v (sm90bwd::TILE each: two
- * 128B-swizzled 64x64 regions), completing on mbarrier bar (the caller
- * expects the bytes). */
+/* Producer thread of either kernel: TMA-load the 64 kv tokens from map
+ * row kv_row (head coordinate kv_h; vsa_bwd::tma_head) of K and V into two
+ * tiles at k and v (sm90bwd::TILE each: two 128B-swizzled 64x64 regions),
+ * completing on mbarrier bar (the caller expects the bytes). */
 __device__ __forceinline__ void
-load_kv_tiles(const sm90_ws_params &p, int kv_row, uint32_t k, uint32_t v, uint32_t bar)
+load_kv_tiles(const sm90_ws_params &p, int kv_h, int kv_row, uint32_t k, uint32_t v,
+              uint32_t bar)
 {
   using sm90bwd::REGION;
-  tma_load_2d(k, &p.tm_k, 0, kv_row, bar);
-  tma_load_2d(k + REGION, &p.tm_k, 64, kv_row, bar);
-  tma_load_2d(v, &p.tm_v, 0, kv_row, bar);
-  tma_load_2d(v + REGION, &p.tm_v, 64, kv_row, bar);
+  tma_load_3d(k, &p.tm_k, 0, kv_h, kv_row, bar);
+  tma_load_3d(k + REGION, &p.tm_k, 64, kv_h, kv_row, bar);
+  tma_load_3d(v, &p.tm_v, 0, kv_h, kv_row, bar);
+  tma_load_3d(v + REGION, &p.tm_v, 64, kv_h, kv_row, bar);
 }
 
-/* The same for q block i of head bh into a stage at st (sm90bwd's stage
- * layout: the Q tile, then the dO tile) and its statistics at stats (lse,
- * then Delta, 64 floats each), on mbarrier full, which this arms for both. */
+/* The same for q block i of head bh (its map coordinates qh) into a stage
+ * at st (sm90bwd's stage layout: the Q tile, then the dO tile) and its
+ * statistics at stats (lse, then Delta, 64 floats each, rows of head bh),
+ * on mbarrier full, which this arms for both. */
 __device__ __forceinline__ void
-load_q_stage(const sm90_ws_params &p, int64_t bh, int i, uint32_t st, uint32_t stats,
-             uint32_t full)
+load_q_stage(const sm90_ws_params &p, int64_t bh, vsa_bwd::head_coord qh, int i, uint32_t st,
+             uint32_t stats, uint32_t full)
 {
   using namespace sm90bwd;
   const int64_t q_row0 = bh * ((int64_t)p.nq * BLK) + (int64_t)i * BLK;
+  const int tr = qh.row + i * BLK; // the tokens' map row
   mbar_arrive_expect_tx(full, STAGE_BYTES + STATS_BYTES);
-  tma_load_2d(st, &p.tm_q, 0, (int)q_row0, full);
-  tma_load_2d(st + REGION, &p.tm_q, 64, (int)q_row0, full);
-  tma_load_2d(st + TILE, &p.tm_do, 0, (int)q_row0, full);
-  tma_load_2d(st + TILE + REGION, &p.tm_do, 64, (int)q_row0, full);
+  tma_load_3d(st, &p.tm_q, 0, qh.h, tr, full);
+  tma_load_3d(st + REGION, &p.tm_q, 64, qh.h, tr, full);
+  tma_load_3d(st + TILE, &p.tm_do, 0, qh.h, tr, full);
+  tma_load_3d(st + TILE + REGION, &p.tm_do, 64, qh.h, tr, full);
   bulk_load(stats, p.lse + q_row0, BLK * sizeof(float), full);
   bulk_load(stats + BLK * sizeof(float), p.delta + q_row0, BLK * sizeof(float), full);
 }
