@@ -291,9 +291,10 @@ function M.render(db, ids, lead, kernels)
       local any = c == "id" or c == "experiment" or c == "kernel"
       for _, r in ipairs(rows) do
         if any then break end
-        any = r[c] ~= nil and not (c == "throttled" and r[c] ~= 1)
+        -- layout: shown when a row is not bhsd (the default), as throttled.
+        any = r[c] ~= nil and not (c == "throttled" and r[c] ~= 1) and not (c == "layout" and r[c] == "bhsd")
       end
-      if any then kept[#kept + 1] = c else empty[#empty + 1] = c end
+      if any then kept[#kept + 1] = c elseif c ~= "layout" then empty[#empty + 1] = c end
     end
     cols = kept
     o[#o + 1] = "<h2>All rows</h2>"
