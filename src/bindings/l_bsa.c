@@ -429,6 +429,10 @@ l_forward_ref(lua_State *L)
   static const char *const keys[] = {"sm_scale", "layout", NULL};
   vsa_arg_check_keys(L, 7, "forward_ref", keys);
   attn_dims d = {0};
+  /* Pinned before the options are read: an option's __index may free one. */
+  vsa_lua_checkarg(L, 1, "q", VSA_BF16, 4);
+  vsa_lua_checkarg(L, 2, "k", VSA_BF16, 4);
+  vsa_lua_checkarg(L, 3, "v", VSA_BF16, 4);
   d.layout = vsa_arg_layout(L, 7);
   vsa_tensor *q = qkv_arg(L, 1, "q", &d, 1, NULL, -1, "Sq");
   vsa_tensor *k = qkv_arg(L, 2, "k", &d, 0, "q", -1, "Skv");
@@ -508,6 +512,10 @@ backward_args(lua_State *L, bwd_args *a, int check_vbs)
 {
   attn_dims *d = &a->d;
   memset(d, 0, sizeof *d);
+  /* Pinned before the options are read: an option's __index may free one. */
+  static const char *const names[5] = {"dO", "q", "k", "v", "o"};
+  static const int order[5] = {2, 1, 3, 4, 5};
+  for (int i = 0; i < 5; i++) vsa_lua_checkarg(L, order[i], names[order[i] - 1], VSA_BF16, 4);
   d->layout = vsa_arg_layout(L, 10);
   a->q = qkv_arg(L, 2, "q", d, 1, NULL, -1, "Sq");
   a->dO = qkv_arg(L, 1, "dO", d, 0, "q", d->Sq, "Sq");

@@ -114,8 +114,6 @@ l_oracle(lua_State *L)
   vsa_arg_check_keys(L, 1, "oracle", keys);
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  const int layout = vsa_arg_layout(L, 1);
-  const int sd = vsa_arg_seq_dim(layout), hd = 3 - sd;
   vsa_tensor *q = field_f64(L, 1, "q", 1);
   vsa_tensor *k = field_f64(L, 1, "k", 1);
   vsa_tensor *v = field_f64(L, 1, "v", 1);
@@ -127,6 +125,9 @@ l_oracle(lua_State *L)
   vsa_tensor *idx = field_i32_host(L, 1, "q2k_idx");
   vsa_tensor *num = field_i32_host(L, 1, "q2k_num");
   vsa_tensor *vbs = field_i32_host(L, 1, "variable_block_sizes");
+  /* Read after the tensors: the table's __index may free one of them. */
+  const int layout = vsa_arg_layout(L, 1);
+  const int sd = vsa_arg_seq_dim(layout), hd = 3 - sd;
   if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || dO->ndim != 4)
     return vsa_lua_errorf(L, "q, k, v, dO must be [B,H,S,D] (layout bhsd) or [B,S,H,D] (bshd)");
   attn_dims d = {q->shape[0], q->shape[hd], q->shape[sd], k->shape[sd], q->shape[3], VSA_CPU, 0,
