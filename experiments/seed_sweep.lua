@@ -3,7 +3,8 @@
 -- -a Sq[pow2]=[12:19]), every backward available here, timed (kernel only
 -- where the backend allows) and spot-checked against the fp64 oracle.
 --   build/vsalab run experiments/seed_sweep.lua [-a Sq=[4096,8192]]
---       [-a H=[8,40]] [-a density=0.1] [-a lists=[random,vsa:4]] [-a block=[64,128]] [reference=0|1]
+--       [-a H=[8,40]] [-a density=0.1] [-a lists=[random,vsa:4]] [-a block=[64,128]]
+--       [-a layout=[bhsd,bshd]] [reference=0|1]
 --       [check_blocks=2] [kernels=all|default|NAME[,NAME...]]
 -- The reference joins only up to 16k tokens unless reference=1. lists=vsa:ℓ
 -- lays the blocks out as the most cubic tile grid (4k: a 16×16×16 latent;
@@ -15,7 +16,7 @@ local sweep = require "vsalab.sweep"
 
 local sw = sweep.new{
   axes = {{"Sq", sweep.pow2(12, 17)}, {"H", {8}}, {"density", {0.25}}, {"lists", {"random"}},
-    {"block", {64}}},
+    {"block", {64}}, {"layout", {"bhsd"}}},
   fixed = {B = 1, D = 128},
 }
 local a = exp.args(sw:override(arg), {reference = 0, check_blocks = 2, kernels = "all"})
@@ -37,6 +38,7 @@ exp.run{name = "seed_sweep", device = "cuda", configs = configs,
   anchors = function(r)
     local t = triton[r.Sq]
     if not t or r.kernel == "invert" or r.density ~= 0.25 or (r.block or 64) ~= 64
+        or (r.layout or "bhsd") ~= "bhsd"
         or (r.extra and r.extra.lists or "random") ~= "random" then return nil end
     local s = string.format("Triton %d TFLOPS", t)
     if r.tflops then s = s .. string.format(" (%.2fx)", r.tflops / t) end

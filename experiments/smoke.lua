@@ -1,7 +1,7 @@
 -- smoke.lua — the main job's flow on tiny shapes, on the CPU (used by the
 -- tests and runnable anywhere):
 --   build/vsalab run experiments/smoke.lua [-a density=[0.5]]
---       [-a lists=[random,vsa:2]] [-a block=[64,128]] [device=cuda]
+--       [-a lists=[random,vsa:2]] [-a block=[64,128]] [-a layout=[bhsd,bshd]] [device=cuda]
 --       [kernels=all|default|NAME[,NAME...]]
 -- A 6×7×9 latent in the block size's tiles (block 64, the default: 4×4×4,
 -- 12 kv blocks; -a block=128: 2×8×8, 6 kv blocks; several partly filled),
@@ -13,7 +13,7 @@ local exp = require "vsalab.experiment"
 local sweep = require "vsalab.sweep"
 
 local sw = sweep.new{
-  axes = {{"density", {0.25, 0.5, 1.0}}, {"lists", {"random"}}, {"block", {64}}},
+  axes = {{"density", {0.25, 0.5, 1.0}}, {"lists", {"random"}}, {"block", {64}}, {"layout", {"bhsd"}}},
   zip = {{"B", "ragged"}, {1, false}, {2, true}},
   fixed = {H = 2, D = 64, latent = {6, 7, 9}},
   skip = function(p)

@@ -1,6 +1,7 @@
 -- wan720p.lua — the main job: the VSA backward at Wan 720P-like shapes.
 --   build/vsalab run experiments/wan720p.lua [-a H=[40,12]]
 --       [-a density=[0.1,0.25,0.5]] [-a lists=[random,vsa:4]] [-a block=[64,128]]
+--       [-a layout=[bhsd,bshd]]
 --       [kernels=default|all|NAME[,NAME...]] [reference=check|timed]
 --       [check_heads=2] [check_blocks=2]
 -- Latent 21×45×80 (Wan 2.1 720P: 81 frames, 720×1280, VAE stride 4×8×8,
@@ -34,7 +35,7 @@ local sweep = require "vsalab.sweep"
 
 local sw = sweep.new{
   axes = {{"H", {40, 12}}, {"density", {0.1, 0.25, 0.5}}, {"lists", {"random"}},
-    {"block", {64, 128}}},
+    {"block", {64, 128}}, {"layout", {"bhsd"}}},
   fixed = {B = 1, D = 128, latent = {21, 45, 80}},
 }
 local a = exp.args(sw:override(arg), {check_heads = 2, check_blocks = 2,
@@ -47,8 +48,9 @@ end
 
 -- docs/ANCHORS.md, H200, same shapes (public Triton VSA kernels).
 local function anchors(r)
-  -- The published figures are for random lists and 64-token blocks.
-  if r.H ~= 40 or (r.extra and r.extra.lists or "random") ~= "random" or (r.block or 64) ~= 64 then
+  -- The published figures are for random lists and 64-token blocks (bhsd).
+  if r.H ~= 40 or (r.extra and r.extra.lists or "random") ~= "random" or (r.block or 64) ~= 64
+      or (r.layout or "bhsd") ~= "bhsd" then
     return nil
   end
   local pct = math.floor(r.density * 100 + 0.5)

@@ -144,14 +144,14 @@ M.register{
   run = function(p, opts)
     opts = opts or {}
     return core.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
-      p.k2q_num, p.vbs, {sm_scale = p.sm_scale, out_dtype = opts.out_dtype})
+      p.k2q_num, p.vbs, {sm_scale = p.sm_scale, out_dtype = opts.out_dtype, layout = p.layout})
   end,
   timed = function(p, outs)
     -- Into run()'s buffers, unpoisoned; run() validated the lists and vbs,
     -- so nothing is read back: on CUDA the call neither allocates nor
     -- synchronises (the two inversions, Delta, dk/dv, dq, bf16 conversion).
     local opts = {sm_scale = p.sm_scale, out_dtype = outs.dq.dtype,
-      out = {outs.dq, outs.dk, outs.dv}, poison = false, validate = false}
+      out = {outs.dq, outs.dk, outs.dv}, poison = false, validate = false, layout = p.layout}
     return function()
       core.backward_ref(p.dO, p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
         p.k2q_num, p.vbs, opts)
@@ -186,7 +186,7 @@ end
 -- NaN-poisoned outputs; `timed` reruns the kernel into run()'s buffers.
 local function native(b, fn, kernel_opts)
   local function call(p, extra)
-    local opts = {sm_scale = p.sm_scale}
+    local opts = {sm_scale = p.sm_scale, layout = p.layout}
     for k, v in pairs(kernel_opts) do opts[k] = v end
     for k, v in pairs(extra or {}) do opts[k] = v end
     return opts

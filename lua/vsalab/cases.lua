@@ -7,6 +7,13 @@
 --   supports; env.block is the current one while a case runs, and each
 --   result records its block. Shapes are in blocks, so a case means the
 --   same at every size (vbs scale with it: a half block is block/2).
+-- env.layouts = {'bhsd', 'bshd'} (default {'bhsd'}) runs every case in each
+-- token layout the backend takes: a case builds and checks its problem in
+-- bhsd as written, and the backend alone sees it in the run's layout
+-- (q, k, v, o, dO transposed to [B,S,H,D] before the call, dq, dk, dv back
+-- after it), so every check means the same in both and the kernels' bshd
+-- indexing meets every case (64-bit offsets, empty blocks, list tails).
+-- Each result records its layout.
 -- Oracle: fp64 attention from the same bf16 inputs (vsalab.oracle, its own
 -- forward). Outputs of the reference kernels are NaN-poisoned before each
 -- launch by the bindings; a NaN anywhere fails a check.
@@ -74,9 +81,32 @@ local function oracle(p, extra)
   return core.oracle(a)
 end
 
+-- The layout the running case hands the backend (M.run sets it).
+local run_layout = "bhsd"
+local layouts = require "vsalab.layouts"
+
 local function outputs(backend, p)
-  local dq, dk, dv = backend.run(p)
-  return {dq = dq, dk = dk, dv = dv}
+  if run_layout == "bhsd" or p.layout == run_layout then
+    local dq, dk, dv = backend.run(p)
+    return {dq = dq, dk = dk, dv = dv}
+  end
+  local q = {}
+  for k, v in pairs(p) do q[k] = v end
+  q.layout = run_layout
+  local moved = {}
+  for _, name in ipairs{"q", "k", "v", "dO", "o"} do
+    q[name] = layouts.convert(p[name], "bhsd", run_layout)
+    moved[#moved + 1] = q[name]
+  end
+  local ok, dq, dk, dv = pcall(backend.run, q)
+  for _, t in ipairs(moved) do t:free() end
+  if not ok then error(dq, 0) end
+  local out = {}
+  for name, t in pairs{dq = dq, dk = dk, dv = dv} do
+    out[name] = layouts.convert(t, run_layout, "bhsd")
+    t:free()
+  end
+  return out
 end
 
 -- max |x| over rows [r0, r0+n) (0-based) of slice (b, h) of t, and NaN count.
@@ -719,32 +749,39 @@ function M.run(backend, env)
   if env.only then only = {}; for _, i in ipairs(env.only) do only[i] = true end end
   local blocks = require "vsalab.blocks"
   local sizes = env.blocks or blocks.sizes
+  local lays = env.layouts or {layouts.default}
   local results = {}
-  for _, bs in ipairs(sizes) do
-    blocks.check(bs, "cases.run: env.blocks")
-    -- A backend that does not take this block size (the native kernels at
-    -- 128, today) runs the cases at the sizes it takes.
-    local takes = not backend.supported or backend.supported(env.device, {block = bs, D = env.D})
-    for _, c in ipairs(takes and M.list or {}) do
-      if (not only or only[c.id]) and not (c.gpu and env.device == "cpu") then
-        env.block = bs
-        local function record(checkname, passed, errors, s, detail)
-          results[#results + 1] = {case = c.id, name = c.name, check = checkname,
-            passed = passed and true or false, errors = errors, seed = s,
-            detail = detail, backend = backend.name, device = env.device, block = bs}
-          if env.on_result then env.on_result(results[#results]) end
+  for _, lay in ipairs(lays) do
+    layouts.check(lay, "cases.run: env.layouts")
+    for _, bs in ipairs(sizes) do
+      blocks.check(bs, "cases.run: env.blocks")
+      -- A backend that does not take this block size or layout (a plug-in
+      -- at 128 or in bshd) runs the cases where it does.
+      local takes = not backend.supported
+        or backend.supported(env.device, {block = bs, D = env.D, layout = lay})
+      for _, c in ipairs(takes and M.list or {}) do
+        if (not only or only[c.id]) and not (c.gpu and env.device == "cpu") then
+          env.block, env.layout, run_layout = bs, lay, lay
+          local function record(checkname, passed, errors, s, detail)
+            results[#results + 1] = {case = c.id, name = c.name, check = checkname,
+              passed = passed and true or false, errors = errors, seed = s,
+              detail = detail, backend = backend.name, device = env.device, block = bs,
+              layout = lay}
+            if env.on_result then env.on_result(results[#results]) end
+          end
+          drawn = nil
+          local ok, err = xpcall(function() c.fn(record, backend, env) end, debug.traceback)
+          run_layout = "bhsd"
+          -- Ctrl-C must stop the run, not count as one failed case.
+          if not ok and tostring(err):find("interrupted!", 1, true) then error(err, 0) end
+          -- A case that raised (a peer that failed) replays from the seed it drew.
+          if not ok then record("ran without error", false, nil, drawn, err) end
+          collectgarbage()
         end
-        drawn = nil
-        local ok, err = xpcall(function() c.fn(record, backend, env) end, debug.traceback)
-        -- Ctrl-C must stop the run, not count as one failed case.
-        if not ok and tostring(err):find("interrupted!", 1, true) then error(err, 0) end
-        -- A case that raised (a peer that failed) replays from the seed it drew.
-        if not ok then record("ran without error", false, nil, drawn, err) end
-        collectgarbage()
       end
     end
   end
-  env.block = nil
+  env.block, env.layout = nil, nil
   return results
 end
 
@@ -765,8 +802,8 @@ function M.format(res)
     errs = table.concat(parts, " ")
   end
   -- A case that raised before drawing a seed has none to show.
-  return string.format("case %2d blk%-3d %-36s %-52s %s%s %s %s", res.case, res.block or 64,
-    res.name, res.check, res.passed and "PASS" or "FAIL",
+  return string.format("case %2d blk%-3d%s %-36s %-52s %s%s %s %s", res.case, res.block or 64,
+    (res.layout or "bhsd") ~= "bhsd" and (" " .. res.layout) or "", res.name, res.check, res.passed and "PASS" or "FAIL",
     res.seed ~= nil and (" seed=" .. tostring(res.seed)) or "", errs, res.detail or "")
 end
 

@@ -166,7 +166,7 @@ function M.spot_check(p, outs, opts, pre, refs_only)
     refs[bh] = core.oracle{q = hp.q, k = hp.k, v = hp.v, dO = hp.dO,
       o = hp.o, lse = hp.lse, q2k_idx = hp.q2k_idx, q2k_num = hp.q2k_num,
       variable_block_sizes = p.vbs, sm_scale = p.sm_scale,
-      q_blocks = qb, kv_blocks = kb}
+      q_blocks = qb, kv_blocks = kb, layout = p.layout}
     problem.free(hp)
   end
   pre = {bh = bhs, q_blocks = qb, kv_blocks = kb, refs = refs}
@@ -178,15 +178,17 @@ end
 function M.spot_compare(p, outs, opts, pre)
   local parts = {dq = {}, dk = {}, dv = {}}
   local qb, kb = pre.q_blocks, pre.kv_blocks
+  -- Tokens are dim 3 in bhsd [B,H,S,D], dim 2 in bshd [B,S,H,D] (heads the other).
+  local sdim = p.layout == "bshd" and 2 or 3
   for _, bh in ipairs(pre.bh) do
     local ref = pre.refs[bh]
     local b, h = math.floor(bh / p.H), bh % p.H
     for name, blocks in pairs{dq = qb, dk = kb, dv = kb} do
-      local x = outs[name]:narrow(1, b + 1, 1):narrow(2, h + 1, 1)
+      local x = outs[name]:narrow(1, b + 1, 1):narrow(5 - sdim, h + 1, 1)
       local bs = p.block or 64 -- tokens per block
       for _, blk in ipairs(blocks) do
-        local xs = x:narrow(3, blk * bs + 1, bs):contiguous()
-        local rs = ref[name]:narrow(3, blk * bs + 1, bs)
+        local xs = x:narrow(sdim, blk * bs + 1, bs):contiguous()
+        local rs = ref[name]:narrow(sdim, blk * bs + 1, bs)
         table.insert(parts[name], core.compare(xs, rs))
         xs:free()
       end

@@ -69,7 +69,7 @@ function M.verdict(a, b, opts)
 end
 
 local key_cols = {"experiment", "kernel", "B", "H", "Sq", "Skv", "D", "block",
-  "density", "topk", "ragged", "lists", "mode"}
+  "layout", "density", "topk", "ragged", "lists", "mode"}
 
 -- SQL for a result row's list kind: 'random' or 'vsa:ℓ' (extra.point.lists).
 M.lists_sql = [[coalesce(CASE WHEN json_valid(extra) THEN json_extract(extra, '$.point.lists') END, 'random')]]
@@ -80,6 +80,8 @@ local function point_key(r, no_kernel)
     local v = r[c]
     if no_kernel and c == "kernel" then v = "*" end
     if c == "block" and v == nil then v = 64 end -- rows from before the block axis
+    -- rows from before the layout axis (a read-only schema-4 file has no column)
+    if c == "layout" and v == nil then v = "bhsd" end
     if type(v) == "number" and c == "density" then v = string.format("%.6f", v) end
     parts[i] = tostring(v)
   end
@@ -220,7 +222,7 @@ end
 
 local function point_row(r, verdict)
   return {experiment = r.experiment, kernel = r.kernel, B = r.B, H = r.H, S = r.Sq,
-    block = r.block or 64,
+    block = r.block or 64, layout = r.layout or "bhsd",
     ragged = r.ragged, density = r.density, lists = r.lists, mode = r.mode,
     verdict = verdict, flags = ""}
 end
@@ -414,7 +416,7 @@ function M.main(argv)
   if not mismatch then
     report.table(rows, {{key = "experiment"}, {key = "kernel"}, {key = "B", fmt = "%d"},
       {key = "H", fmt = "%d"}, {key = "ragged", fmt = "%d"},
-      {key = "S", fmt = "%d"}, {key = "block", fmt = "%d"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
+      {key = "S", fmt = "%d"}, {key = "block", fmt = "%d"}, {key = "layout"}, {key = "density", fmt = "%.3f"}, {key = "lists"}, {key = "mode"},
       {key = "a_ms", title = "A ms", fmt = "%.4f"}, {key = "b_ms", title = "B ms", fmt = "%.4f"},
       {key = "ratio", title = "B/A", fmt = "%.3f"}, {key = "verdict"}, {key = "flags"}})
   end

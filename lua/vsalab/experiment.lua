@@ -227,7 +227,7 @@ function M.run(e)
       -- row reads the same whatever Lua line the timer interrupted.
       local first = msg:gsub("\n.*", ""):gsub("^[^:]*%.lua:%d+: ", "")
       local r = {experiment = e.name, kernel = "config", B = c.B, H = c.H, D = c.D,
-        density = c.density, topk = c.topk, ragged = c.ragged and 1 or 0,
+        layout = c.layout, density = c.density, topk = c.topk, ragged = c.ragged and 1 or 0,
         point_hash = M.hash_of(c), extra = {point = M.point_of(c)},
         -- (the timer's own "point timeout!" adds nothing to the reason)
         note = "skipped (" .. why .. ")" .. (first:find("point timeout!", 1, true) and "" or ": " .. first)}

@@ -30,7 +30,7 @@ function M.normalise_lists(c)
   return c
 end
 
--- A point's block size, Sq/Skv off its block, or density that
+-- A point's block size, Sq/Skv off its block, layout, or density that
 -- problem.build would reject (density: src/bindings/l_bsa.c, (0, 1]
 -- unless topk is given), raised as a usage error naming the argument before
 -- anything is built or logged: `-a density=2` is a typo, not a failed run.
@@ -52,6 +52,10 @@ function M.check_point(c)
           .. "(a point of -a block=%d)", name, tostring(n), c.block, c.block))
       end
     end
+  end
+  if c.layout ~= nil and not require("vsalab.layouts").supported(c.layout) then
+    usage.error(string.format("argument 'layout': expected a layout (%s), got %s",
+      require("vsalab.layouts").text(), tostring(c.layout)))
   end
   if c.density ~= nil and c.topk == nil
       and not (type(c.density) == "number" and c.density > 0 and c.density <= 1) then

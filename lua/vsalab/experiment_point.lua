@@ -15,8 +15,9 @@ local M = {}
 
 local function shape_of(c, p)
   -- Block 64 (the default) is left out of the label, as before the axis.
-  return string.format("B%d H%d S%d D%d%s %.0f%%%s%s", p.B, p.H, p.Sq, p.D,
+  return string.format("B%d H%d S%d D%d%s%s %.0f%%%s%s", p.B, p.H, p.Sq, p.D,
     (p.block or 64) ~= 64 and " blk" .. p.block or "",
+    (p.layout or "bhsd") ~= "bhsd" and " " .. p.layout or "",
     100 * p.density, c.ragged and " ragged" or "",
     p.lists ~= "random" and " " .. p.lists or "")
 end
@@ -24,7 +25,7 @@ end
 local function base_row(name, c, p)
   return {experiment = name, B = p.B, H = p.H, Sq = p.Sq, Skv = p.Skv,
     D = p.D, block = p.block, density = p.density, topk = p.topk,
-    ragged = c.ragged and 1 or 0, pairs = p.pairs}
+    ragged = c.ragged and 1 or 0, pairs = p.pairs, layout = p.layout or "bhsd"}
 end
 
 local function timing(row, st)
@@ -111,7 +112,7 @@ function M.run_config(e, i, c, device, seed, rows, n)
     if e.check == "full" then
       pre = core.oracle{q = p.q, k = p.k, v = p.v, dO = p.dO,
         o = p.o, lse = p.lse, q2k_idx = p.q2k_idx, q2k_num = p.q2k_num,
-        variable_block_sizes = p.vbs, sm_scale = p.sm_scale}
+        variable_block_sizes = p.vbs, sm_scale = p.sm_scale, layout = p.layout}
     else
       pre = check.spot_refs(p, e.check)
     end

@@ -14,7 +14,8 @@ function M.summary(rows, anchors, gemm)
     any_vsa = any_vsa or (x.lists ~= nil and x.lists ~= "random")
     local e = r.errors or {}
     local function err(k) return e[k] and e[k].rel_l2 end
-    t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, block = r.block or 64, density = r.density,
+    t[#t + 1] = {kernel = r.kernel, B = r.B, H = r.H, S = r.Sq, block = r.block or 64,
+      layout = r.layout or "bhsd", density = r.density,
       topk = r.topk, ms = r.ms_median, tflops = r.tflops,
       ragged = (r.ragged == 1 or r.ragged == true) and 1 or 0, -- as `show` and `compare` print it
       dq = err("dq"), dk = err("dk"), dv = err("dv"),
@@ -48,6 +49,10 @@ function M.summary(rows, anchors, gemm)
   -- The block size, after S, when any row is not at 64 (the default).
   local any_block = false
   for _, x in ipairs(t) do any_block = any_block or x.block ~= 64 end
+  -- The layout likewise, after S (and block), when any row is not bhsd.
+  local any_layout = false
+  for _, x in ipairs(t) do any_layout = any_layout or x.layout ~= "bhsd" end
+  if any_layout then table.insert(cols, 5, {key = "layout"}) end
   if any_block then table.insert(cols, 5, {key = "block", fmt = "%d"}) end
   print()
   report.table(t, cols)

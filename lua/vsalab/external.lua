@@ -335,11 +335,14 @@ M.peers = {
     needs = {"tests/peers/numpy_peer.py"},
     hint = "run from the repository root", python_module = "numpy",
     install = "python3 -m pip install numpy, or apt-get install python3-numpy",
+    -- Both natively: each head a strided view (vsalab_peer.head).
+    layouts = {"bhsd", "bshd"},
   },
   ["lua-ref"] = {
     cmd = {"@vsalab", "run", "tests/peers/ref_peer.lua"},
     description = "vsalab's reference backward in a second vsalab process (protocol test)",
     needs = {"tests/peers/ref_peer.lua"}, hint = "run from the repository root",
+    layouts = {"bhsd", "bshd"}, -- backward_ref takes layout= itself
   },
 }
 

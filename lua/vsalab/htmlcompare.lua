@@ -181,9 +181,11 @@ function M.render(db, a, b, opts)
       local g = r.experiment .. " · B/A of " .. a.label .. " → " .. b.label
       if not groups[g] then groups[g] = {}; order[#order + 1] = g end
       -- Kernel pairs are named in the title; runs compare kernel by kernel.
-      local key = string.format("%sH%s %.0f%%%s%s", pair and "" or (r.kernel .. " "), tostring(r.H),
+      local key = string.format("%sH%s %.0f%%%s%s%s%s", pair and "" or (r.kernel .. " "), tostring(r.H),
         100 * (r.density or 0), r.ragged == 1 and " ragged" or "",
-        (r.lists and r.lists ~= "random") and (" " .. r.lists) or "")
+        (r.lists and r.lists ~= "random") and (" " .. r.lists) or "",
+        (r.block or 64) ~= 64 and (" blk" .. r.block) or "",
+        (r.layout or "bhsd") ~= "bhsd" and (" " .. r.layout) or "")
       local s = groups[g][key]
       if not s then s = {name = key, points = {}}; groups[g][key] = s end
       s.points[#s.points + 1] = {r.S, r.ratio, r.verdict}
@@ -218,7 +220,7 @@ function M.render(db, a, b, opts)
   local function rank(r) return (r.verdict == "ONLY A" or r.verdict == "ONLY B") and 1 or 0 end
   table.sort(shown, function(x, y)
     if rank(x) ~= rank(y) then return rank(x) < rank(y) end
-    for _, k in ipairs{"experiment", "kernel", "H", "density", "lists", "ragged", "mode", "B", "S"} do
+    for _, k in ipairs{"experiment", "kernel", "H", "density", "lists", "block", "layout", "ragged", "mode", "B", "S"} do
       local u, v = x[k], y[k]
       if u ~= v then
         if type(u) == type(v) and (type(u) == "number" or type(u) == "string") then return u < v end

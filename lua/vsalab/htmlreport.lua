@@ -214,10 +214,12 @@ function M.render(db, ids, lead, kernels)
       if r.lists and r.lists ~= "random" then key = key .. " " .. r.lists end
       -- A series per block size: TFLOPS at 64 and at 128 are different curves.
       if (r.block or 64) ~= 64 then key = key .. " blk" .. r.block end
+      -- ...and per layout (a read-only schema-4 file has no layout: bhsd).
+      if (r.layout or "bhsd") ~= "bhsd" then key = key .. " " .. r.layout end
       local s = groups[g].series[key]
       if not s then
         s = {name = key, points = {}, kernel = r.kernel, density = r.density or 0, lists = r.lists,
-          block = r.block or 64}
+          block = r.block or 64, layout = r.layout or "bhsd"}
         groups[g].series[key] = s
       end
       local xv = r[x] or 0
@@ -232,6 +234,7 @@ function M.render(db, ids, lead, kernels)
       table.sort(series, function(a, b)
         if a.kernel ~= b.kernel then return a.kernel < b.kernel end
         if a.block ~= b.block then return a.block < b.block end
+        if a.layout ~= b.layout then return a.layout < b.layout end
         if a.density ~= b.density then return a.density < b.density end
         -- extra.point.lists is free JSON: a number in a hand-made row.
         return tostring(a.lists) < tostring(b.lists)
@@ -277,7 +280,7 @@ function M.render(db, ids, lead, kernels)
       end
       o[#o + 1] = "</table>"
     end
-    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "block", "density", "topk", "ragged", "lists", "sharing", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "throttled", "passed", "worst_output", "worst_rel_l2", "note"}
+    local cols = {"id", "experiment", "kernel", "B", "H", "Sq", "D", "block", "layout", "density", "topk", "ragged", "lists", "sharing", "mode", "ms_median", "rel_stddev", "tflops", "pct_gemm", "throttled", "passed", "worst_output", "worst_rel_l2", "note"}
     for _, r in ipairs(rows) do
       if gemm and r.tflops and r.kernel ~= "gemm_bf16" then r.pct_gemm = 100 * r.tflops / gemm end
     end
@@ -288,9 +291,10 @@ function M.render(db, ids, lead, kernels)
       local any = c == "id" or c == "experiment" or c == "kernel"
       for _, r in ipairs(rows) do
         if any then break end
-        any = r[c] ~= nil and not (c == "throttled" and r[c] ~= 1)
+        -- layout: shown when a row is not bhsd (the default), as throttled.
+        any = r[c] ~= nil and not (c == "throttled" and r[c] ~= 1) and not (c == "layout" and r[c] == "bhsd")
       end
-      if any then kept[#kept + 1] = c else empty[#empty + 1] = c end
+      if any then kept[#kept + 1] = c elseif c ~= "layout" then empty[#empty + 1] = c end
     end
     cols = kept
     o[#o + 1] = "<h2>All rows</h2>"

@@ -59,8 +59,10 @@ function M.backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
   local device = device_of("backward", "q", q) == "cpu" and "cpu" or "cuda"
   -- The block size the references take from vbs (Skv / its length): the
   -- native kernels take 64 only, so 128 falls back to the reference.
-  local block = (core.is_tensor(k) and core.is_tensor(vbs) and vbs.ndim == 1 and vbs.shape[1] > 0)
-    and k.shape[3] / vbs.shape[1] or nil
+  -- Tokens are dim 3 in bhsd, dim 2 in bshd (opts.layout).
+  local sdim = type(opts) == "table" and opts.layout == "bshd" and 2 or 3
+  local block = (core.is_tensor(k) and k.ndim == 4 and core.is_tensor(vbs) and vbs.ndim == 1 and vbs.shape[1] > 0)
+    and k.shape[sdim] / vbs.shape[1] or nil
   local b = M.backends.pick(device, {D = q.shape[4], block = block})
   local fn = b.name == "reference" and core.backward_ref or core["backward_" .. b.name]
   local dq, dk, dv = fn(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)

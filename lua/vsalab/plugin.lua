@@ -147,6 +147,12 @@ function M.load(o)
       if p and p.block and p.block ~= 64 then
         return false, "block " .. tostring(p.block) .. ": not supported by this kernel (plug-ins take 64)"
       end
+      -- ABI version 1 promises contiguous [B,H,S,D] tensors: a bshd tensor
+      -- passed as a strided view would be read wrongly by every plug-in
+      -- that trusts that promise.
+      if p and p.layout and p.layout ~= "bhsd" then
+        return false, "layout " .. tostring(p.layout) .. ": not supported by this kernel (plug-ins take bhsd)"
+      end
       if device == "cpu" and not info.cpu then return false, name .. " is a CUDA plug-in" end
       if device ~= "cpu" and not info.cuda then return false, name .. " is a CPU plug-in" end
       if o.supported then return o.supported(device, p) end

@@ -5,16 +5,22 @@
 --   'cpu'), latent={T,H,W} (then Sq = Skv = block·blocks and
 --   variable_block_sizes come from the block's tiles of the latent: 4×4×4
 --   at 64, 2×8×8 at 128, vsalab.blocks), sm_scale=1/sqrt(D), forward=true,
---   lists='random' | 'vsa:ℓ'}
+--   lists='random' | 'vsa:ℓ', layout='bhsd' | 'bshd'}
 -- block: tokens per q block and per kv block, 64 or 128 (vsalab.blocks;
 --   anything else raises naming the supported sizes); Sq and Skv must be
 --   multiples of it, and vbs entries lie in [0, block].
 -- -> p = {B, H, Sq, Skv, D, block, nq, nkv, topk, density, pairs, seed, sm_scale,
---   q, k, v, dO (bf16 [B,H,S,D], cuRAND normal), vbs ([nkv] i32),
+--   layout, q, k, v, dO (bf16 [B,H,S,D] in bhsd, [B,S,H,D] in bshd,
+--   cuRAND normal), vbs ([nkv] i32),
 --   q2k_idx, q2k_num, k2q_idx, k2q_num, o, lse (reference forward),
 --   lists ('random' or the canonical 'vsa:ℓ'), ell (vsa only), sharing}
 -- Tensor seeds derive from the problem seed: q = 16·seed+1, k +2, v +3,
 -- dO +4, lists +5, so any problem is regenerated from its seed alone.
+-- layout='bshd' builds the same problem (the same numbers, lists and
+-- forward) and hands q, k, v, dO and o over transposed to [B,S,H,D]
+-- (vsalab.layouts): a bshd point's inputs are its bhsd twin's, so the two
+-- layouts' outputs compare element for element. dq, dk, dv of any backward
+-- come back in p.layout.
 --
 -- lists='vsa:ℓ' makes VSA-like lists as FastVideo's VSA selects them: q
 -- and k are the cuRAND noise above turned into fields of correlation
@@ -28,6 +34,7 @@
 -- paired): ≈ the density for random lists, more for correlated inputs.
 local core = require "vsalab.core"
 local blocks = require "vsalab.blocks"
+local layouts = require "vsalab.layouts"
 
 local M = {}
 
@@ -87,7 +94,7 @@ end
 -- The fields build takes (vbs and forward = false for tests' own block
 -- sizes and no reference forward).
 M.fields = {"B", "H", "Sq", "Skv", "latent", "D", "block", "density", "topk", "ragged", "seed",
-  "device", "lists", "sm_scale", "vbs", "forward"}
+  "device", "lists", "sm_scale", "vbs", "forward", "layout"}
 local known = {}
 for _, k in ipairs(M.fields) do known[k] = true end
 
@@ -115,6 +122,8 @@ function M.build(s)
       type(block) == "string" and string.format("%q (a string; give the number)", block) or tostring(block),
       blocks.text()), 2)
   end
+  local ok_layout, layout = pcall(layouts.check, s.layout, "problem.build: layout")
+  if not ok_layout then error(layout, 2) end
   local vbs, Sq, Skv
   if s.latent then
     local nblocks
@@ -142,7 +151,7 @@ function M.build(s)
   local nq, nkv = Sq / block, Skv / block
   local p = {B = B, H = H, Sq = Sq, Skv = Skv, D = D, block = block, nq = nq, nkv = nkv,
     seed = seed, sm_scale = s.sm_scale or 1 / math.sqrt(D), vbs = vbs,
-    latent = s.latent, ragged = s.ragged and true or false}
+    latent = s.latent, ragged = s.ragged and true or false, layout = layout}
   local kind, ell
   kind, ell, p.lists = M.parse_lists(s.lists)
   local latent = s.latent
@@ -184,6 +193,17 @@ function M.build(s)
     p.o, p.lse = core.forward_ref(p.q, p.k, p.v, p.q2k_idx, p.q2k_num, vbs,
       {sm_scale = p.sm_scale})
   end
+  -- Built in bhsd (the list builders and smooth_latent read [B,H,S,D]);
+  -- each tensor goes over on its own so only one extra copy is alive.
+  if layout ~= "bhsd" then
+    for _, name in ipairs{"q", "k", "v", "dO", "o"} do
+      if p[name] then
+        local t = layouts.convert(p[name], "bhsd", layout)
+        p[name]:free()
+        p[name] = t
+      end
+    end
+  end
   return p
 end
 
@@ -196,17 +216,19 @@ end
 
 -- The (b, h) slice bh (0-based b·H + h) of p as a problem of its own, with
 -- contiguous copies on the same device (B = H = 1). Lists are sliced too.
+-- In bshd the token tensors' head is dim 3 ([1,S,1,D] comes back).
 function M.head(p, bh)
   local b, h = math.floor(bh / p.H), bh % p.H
-  local function sl(t)
-    return t:narrow(1, b + 1, 1):narrow(2, h + 1, 1):contiguous()
+  local token = {q = true, k = true, v = true, dO = true, o = true}
+  local function sl(t, hdim)
+    return t:narrow(1, b + 1, 1):narrow(hdim, h + 1, 1):contiguous()
   end
   local q = {B = 1, H = 1, Sq = p.Sq, Skv = p.Skv, D = p.D, block = p.block, nq = p.nq,
     nkv = p.nkv, seed = p.seed, sm_scale = p.sm_scale,
-    topk = p.topk, density = p.density, lists = p.lists}
+    topk = p.topk, density = p.density, lists = p.lists, layout = p.layout}
   for _, k in ipairs{"q", "k", "v", "dO", "o", "lse", "q2k_idx", "q2k_num",
       "k2q_idx", "k2q_num"} do
-    if p[k] then q[k] = sl(p[k]) end
+    if p[k] then q[k] = sl(p[k], token[k] and p.layout == "bshd" and 3 or 2) end
   end
   return q
 end

@@ -242,9 +242,12 @@ function M.main(argv)
     -- (a column since schema version 2; a read-only older file lacks it).
     local thr = #db:q("SELECT 1 FROM pragma_table_info('result') WHERE name = 'throttled'") > 0
       and "throttled, " or ""
-    -- block: the block size (64 for rows from before the axis).
+    -- block: the block size (64 for rows from before the axis); layout:
+    -- a column since schema version 5 (a read-only older file reads bhsd).
+    local lay = #db:q("SELECT 1 FROM pragma_table_info('result') WHERE name = 'layout'") > 0
+      and "layout" or "'bhsd'"
     local rows = db:q([[SELECT id, experiment, kernel, B, H, Sq, D, coalesce(block, 64) AS block,
-        density, topk, ragged, ]]
+        ]] .. lay .. [[ AS layout, density, topk, ragged, ]]
       .. require("vsalab.compare").lists_sql .. [[ AS lists,
         CASE WHEN json_valid(extra) THEN json_extract(extra, '$.sharing') END AS sharing, mode,
         samples, ms_median, tflops, ]] .. thr .. [[passed, worst_output, worst_rel_l2, note

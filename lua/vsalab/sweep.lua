@@ -96,12 +96,16 @@ local function value_text(v)
 end
 
 -- The stable hash of a point (ignores the `hash` key itself).
--- block = 64 (the default block size) is left out, so a point keeps the
--- hash (and problem seed) it had before sweeps had a block axis.
+-- block = 64 (the default block size) and layout = 'bhsd' (the default
+-- layout) are left out, so a point keeps the hash (and problem seed) it
+-- had before sweeps had a block or a layout axis.
+local hash_defaults = {block = 64, layout = "bhsd"}
 function M.hash(pt)
   local keys = {}
   for k in pairs(pt) do
-    if k ~= "hash" and not (k == "block" and pt[k] == 64) then keys[#keys + 1] = k end
+    if k ~= "hash" and not (hash_defaults[k] ~= nil and pt[k] == hash_defaults[k]) then
+      keys[#keys + 1] = k
+    end
   end
   table.sort(keys)
   local parts = {}
@@ -213,6 +217,9 @@ M.shape_axes = {
   -- Tokens per block: one of the sizes src/core/block_size.c lists.
   block = {set = require("vsalab.blocks").sizes,
     what = "a block size (" .. require("vsalab.blocks").text() .. ")"},
+  -- Token layouts: vsalab.layouts.
+  layout = {set = require("vsalab.layouts").names,
+    what = "a layout (" .. require("vsalab.layouts").text() .. ")"},
 }
 
 local function check_shape(name, v, spec)

@@ -36,6 +36,56 @@ vsa_arg_shape(lua_State *L, const vsa_tensor *t, const char *name, int n,
   vsa_lua_errorf(L, "%s: expected shape %s, got %s", name, a, b);
 }
 
+int
+vsa_arg_layout(lua_State *L, int idx)
+{
+  if (!lua_istable(L, idx)) return VSA_BHSD;
+  lua_getfield(L, idx, "layout");
+  int layout = VSA_BHSD;
+  if (!lua_isnil(L, -1)) {
+    if (lua_type(L, -1) != LUA_TSTRING)
+      vsa_lua_errorf(L, "layout: expected 'bhsd' or 'bshd', got a %s", luaL_typename(L, -1));
+    layout = vsa_layout_parse(lua_tostring(L, -1));
+    if (layout < 0)
+      vsa_lua_errorf(L, "layout: '%s' is not supported (supported: bhsd, bshd)",
+                     lua_tostring(L, -1));
+  }
+  lua_pop(L, 1);
+  return layout;
+}
+
+int
+vsa_arg_seq_dim(int layout)
+{
+  return layout == VSA_BSHD ? 1 : 2;
+}
+
+void
+vsa_arg_layout_shape(int layout, int64_t B, int64_t H, int64_t S, int64_t D, int64_t out[4])
+{
+  out[0] = B;
+  out[vsa_arg_seq_dim(layout)] = S;
+  out[3 - vsa_arg_seq_dim(layout)] = H;
+  out[3] = D;
+}
+
+void
+vsa_arg_token_shape(lua_State *L, const vsa_tensor *t, const char *name, int layout,
+                    const char *sname, int64_t B, int64_t H, int64_t S, int64_t D)
+{
+  int64_t want[4];
+  vsa_arg_layout_shape(layout, B, H, S, D, want);
+  int ok = t->ndim == 4;
+  for (int d = 0; ok && d < 4; d++) ok = t->shape[d] == want[d];
+  if (ok) return;
+  char a[128], b[128], dims[32];
+  vsa_arg_fmt_shape(want, 4, a, sizeof a);
+  vsa_arg_fmt_shape(t->shape, t->ndim, b, sizeof b);
+  snprintf(dims, sizeof dims, layout == VSA_BSHD ? "[B,%s,H,D]" : "[B,H,%s,D]", sname);
+  vsa_lua_errorf(L, "%s: shape %s does not match layout %s %s = %s", name, b,
+                 vsa_layout_name(layout), dims, a);
+}
+
 void
 vsa_arg_device(lua_State *L, const vsa_tensor *t, const char *name, int dev,
               const char *ref)

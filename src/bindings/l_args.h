@@ -14,7 +14,24 @@ typedef struct {
   int64_t B, H, Sq, Skv, D;
   int device;
   int block; /* tokens per block, from variable_block_sizes (Skv / its length) */
+  int layout; /* vsa_layout of q, k, v, o, dO and the gradients (0: bhsd) */
 } attn_dims;
+
+/* Field 'layout' of the table at idx (none or not a table: bhsd): "bhsd"
+ * or "bshd", else "layout: 'bsdh' is not supported (supported: bhsd,
+ * bshd)". */
+int vsa_arg_layout(lua_State *L, int idx);
+/* The dimension (0-based) holding the tokens S in a layout: 2 in bhsd
+ * [B,H,S,D], 1 in bshd [B,S,H,D]; H is at the other of 1 and 2. */
+int vsa_arg_seq_dim(int layout);
+/* [B,H,S,D] or [B,S,H,D] into out as the layout orders it. */
+void vsa_arg_layout_shape(int layout, int64_t B, int64_t H, int64_t S, int64_t D,
+                          int64_t out[4]);
+/* A token tensor (q, k, v, o, dO, a gradient) of S tokens a head: raise
+ * "dO: shape [1,8,4096,128] does not match layout bshd [B,Sq,H,D] =
+ * [1,4096,8,128]" unless t has that shape; sname names S ("Sq", "Skv"). */
+void vsa_arg_token_shape(lua_State *L, const vsa_tensor *t, const char *name, int layout,
+                         const char *sname, int64_t B, int64_t H, int64_t S, int64_t D);
 
 void vsa_arg_fmt_shape(const int64_t *s, int n, char *buf, size_t len);
 void vsa_arg_shape(lua_State *L, const vsa_tensor *t, const char *name, int n,

@@ -310,21 +310,27 @@ l_invert_indices(lua_State *L)
 }
 
 
-/* q-like [B,H,S,D] bf16 at idx; fills dims from it. */
+/* A token tensor (q, k, v, o, dO) bf16 at idx in layout d->layout:
+ * [B,H,S,D] (bhsd) or [B,S,H,D] (bshd). is_q: fills d's B, H, Sq, D and
+ * device from it. Otherwise it must have q's B, H, D and device and S
+ * tokens a head (S < 0: its own, read from it; sname names S in errors). */
 static vsa_tensor *
 qkv_arg(lua_State *L, int idx, const char *name, attn_dims *d, int is_q,
-        const char *qname)
+        const char *qname, int64_t S, const char *sname)
 {
   vsa_tensor *t = vsa_lua_checkarg(L, idx, name, VSA_BF16, 4);
+  const int sd = vsa_arg_seq_dim(d->layout), hd = 3 - sd;
+  /* A tensor of the other layout reads as other dims: say which layout. */
+  const char *as = d->layout == VSA_BSHD ? " (layout bshd [B,S,H,D])" : " (layout bhsd [B,H,S,D])";
   if (is_q) {
     d->B = t->shape[0];
-    d->H = t->shape[1];
-    d->Sq = t->shape[2];
+    d->H = t->shape[hd];
+    d->Sq = t->shape[sd];
     d->D = t->shape[3];
     d->device = t->device;
     if (d->Sq % VSA_BLOCK != 0 || d->Sq == 0)
-      vsa_lua_errorf(L, "%s: sequence length %lld is not a positive multiple of 64",
-                 name, (long long)d->Sq);
+      vsa_lua_errorf(L, "%s: sequence length %lld is not a positive multiple of 64%s",
+                 name, (long long)d->Sq, as);
     if (d->D % 16 != 0 || d->D < 16 || d->D > 256)
       vsa_lua_errorf(L, "%s: head dim %lld must be a multiple of 16 in [16, 256]",
                  name, (long long)d->D);
@@ -339,10 +345,12 @@ qkv_arg(lua_State *L, int idx, const char *name, attn_dims *d, int is_q,
     return t;
   }
   vsa_arg_device(L, t, name, d->device, qname);
-  if (t->shape[0] != d->B || t->shape[1] != d->H || t->shape[3] != d->D) {
-    int64_t want[4] = {d->B, d->H, t->shape[2], d->D};
-    vsa_arg_shape(L, t, name, 4, want);
+  if (S < 0) {
+    S = t->shape[sd];
+    /* A tensor in the other layout: show the shape it would need. */
+    if (t->shape[hd] != d->H && t->shape[sd] == d->H) S = t->shape[hd];
   }
+  vsa_arg_token_shape(L, t, name, d->layout, sname, d->B, d->H, S, d->D);
   return t;
 }
 
@@ -404,6 +412,7 @@ fill_shape(const attn_dims *d, vsa_shape *s, float sm_scale)
   s->D = (int)d->D;
   s->sm_scale = sm_scale;
   s->block = d->block;
+  s->layout = d->layout;
 }
 
 // ----------------------------------------------------------------------------
@@ -417,17 +426,21 @@ fill_shape(const attn_dims *d, vsa_shape *s, float sm_scale)
 static int
 l_forward_ref(lua_State *L)
 {
-  static const char *const keys[] = {"sm_scale", NULL};
+  static const char *const keys[] = {"sm_scale", "layout", NULL};
   vsa_arg_check_keys(L, 7, "forward_ref", keys);
-  attn_dims d;
-  vsa_tensor *q = qkv_arg(L, 1, "q", &d, 1, NULL);
-  vsa_tensor *k = qkv_arg(L, 2, "k", &d, 0, "q");
-  d.Skv = k->shape[2];
+  attn_dims d = {0};
+  /* Pinned before the options are read: an option's __index may free one. */
+  vsa_lua_checkarg(L, 1, "q", VSA_BF16, 4);
+  vsa_lua_checkarg(L, 2, "k", VSA_BF16, 4);
+  vsa_lua_checkarg(L, 3, "v", VSA_BF16, 4);
+  d.layout = vsa_arg_layout(L, 7);
+  vsa_tensor *q = qkv_arg(L, 1, "q", &d, 1, NULL, -1, "Sq");
+  vsa_tensor *k = qkv_arg(L, 2, "k", &d, 0, "q", -1, "Skv");
+  d.Skv = k->shape[vsa_arg_seq_dim(d.layout)];
   if (d.Skv % VSA_BLOCK != 0 || d.Skv == 0)
     return vsa_lua_errorf(L, "k: sequence length %lld is not a positive multiple of 64",
                       (long long)d.Skv);
-  vsa_tensor *v = qkv_arg(L, 3, "v", &d, 0, "q");
-  vsa_arg_shape(L, v, "v", 4, k->shape);
+  vsa_tensor *v = qkv_arg(L, 3, "v", &d, 0, "q", d.Skv, "Skv");
   dims_block(L, 6, &d);
   vsa_tensor *idx, *num;
   list_pair(L, 4, 5, "q2k_idx", "q2k_num", &idx, &num);
@@ -456,7 +469,8 @@ l_forward_ref(lua_State *L)
 
   vsa_shape s;
   fill_shape(&d, &s, sm);
-  int64_t so[4] = {d.B, d.H, d.Sq, d.D}, sl[3] = {d.B, d.H, d.Sq};
+  int64_t so[4], sl[3] = {d.B, d.H, d.Sq};
+  vsa_arg_layout_shape(d.layout, d.B, d.H, d.Sq, d.D, so);
   vsa_tensor *of = vsa_lua_newtensor(L, VSA_F32, d.device, 4, so);
   vsa_tensor *o = vsa_lua_newtensor(L, VSA_BF16, d.device, 4, so);
   vsa_tensor *lse = vsa_lua_newtensor(L, VSA_F32, d.device, 3, sl);
@@ -497,18 +511,21 @@ static void
 backward_args(lua_State *L, bwd_args *a, int check_vbs)
 {
   attn_dims *d = &a->d;
-  a->q = qkv_arg(L, 2, "q", d, 1, NULL);
-  a->dO = qkv_arg(L, 1, "dO", d, 0, "q");
-  vsa_arg_shape(L, a->dO, "dO", 4, a->q->shape);
-  a->k = qkv_arg(L, 3, "k", d, 0, "q");
-  d->Skv = a->k->shape[2];
+  memset(d, 0, sizeof *d);
+  /* Pinned before the options are read: an option's __index may free one. */
+  static const char *const names[5] = {"dO", "q", "k", "v", "o"};
+  static const int order[5] = {2, 1, 3, 4, 5};
+  for (int i = 0; i < 5; i++) vsa_lua_checkarg(L, order[i], names[order[i] - 1], VSA_BF16, 4);
+  d->layout = vsa_arg_layout(L, 10);
+  a->q = qkv_arg(L, 2, "q", d, 1, NULL, -1, "Sq");
+  a->dO = qkv_arg(L, 1, "dO", d, 0, "q", d->Sq, "Sq");
+  a->k = qkv_arg(L, 3, "k", d, 0, "q", -1, "Skv");
+  d->Skv = a->k->shape[vsa_arg_seq_dim(d->layout)];
   if (d->Skv % VSA_BLOCK != 0 || d->Skv == 0)
     vsa_lua_errorf(L, "k: sequence length %lld is not a positive multiple of 64",
                    (long long)d->Skv);
-  a->v = qkv_arg(L, 4, "v", d, 0, "q");
-  vsa_arg_shape(L, a->v, "v", 4, a->k->shape);
-  a->o = qkv_arg(L, 5, "o", d, 0, "q");
-  vsa_arg_shape(L, a->o, "o", 4, a->q->shape);
+  a->v = qkv_arg(L, 4, "v", d, 0, "q", d->Skv, "Skv");
+  a->o = qkv_arg(L, 5, "o", d, 0, "q", d->Sq, "Sq");
   a->lse = vsa_lua_checkarg(L, 6, "lse", VSA_F32, 3);
   int64_t sl[3] = {d->B, d->H, d->Sq};
   vsa_arg_shape(L, a->lse, "lse", 3, sl);
@@ -641,7 +658,7 @@ static int
 l_backward_ref(lua_State *L)
 {
   static const char *const keys[] = {"sm_scale", "out_dtype", "out", "poison",
-                                     "validate", NULL};
+                                     "validate", "layout", NULL};
   vsa_arg_check_keys(L, 10, "backward_ref", keys);
   bwd_args a;
   backward_args(L, &a, 0);
@@ -662,7 +679,9 @@ l_backward_ref(lua_State *L)
     poison = vsa_arg_bool(L, 10, "backward_ref", "poison", 1);
     validate = vsa_arg_bool(L, 10, "backward_ref", "validate", 1);
   }
-  int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
+  int64_t sq[4], sk[4];
+  vsa_arg_layout_shape(d.layout, d.B, d.H, d.Sq, d.D, sq);
+  vsa_arg_layout_shape(d.layout, d.B, d.H, d.Skv, d.D, sk);
   vsa_tensor *outs[3];
   /* The results stay at ret..ret+2 for the whole call (and are returned):
    * new tensors at 11..13, or the out buffers at 14..16 (pins at 11..13). */
@@ -842,9 +861,9 @@ static int
 native(lua_State *L, native_arch arch)
 {
   static const char *const keys90[] = {"sm_scale", "out", "poison", "validate", "canonical",
-                                       "version", "deterministic", "q_chunk", NULL};
+                                       "version", "deterministic", "q_chunk", "layout", NULL};
   static const char *const keys100[] = {"sm_scale", "out", "poison", "validate", "canonical",
-                                        "deterministic", "q_chunk", "emulate", NULL};
+                                        "deterministic", "q_chunk", "emulate", "layout", NULL};
   const char *fn = arch == NATIVE_SM90A ? "backward_sm90a" : "backward_sm100a";
   vsa_arg_check_keys(L, 10, fn, arch == NATIVE_SM90A ? keys90 : keys100);
   /* The fixed-point (deterministic) dQ is the default wherever the kernel
@@ -907,7 +926,9 @@ native(lua_State *L, native_arch arch)
     return vsa_lua_errorf(L, "q: %s takes head dim 128, got %lld", fn, (long long)d.D);
   vsa_shape s;
   fill_shape(&d, &s, a.sm_scale);
-  int64_t sq[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D};
+  int64_t sq[4], sk[4];
+  vsa_arg_layout_shape(d.layout, d.B, d.H, d.Sq, d.D, sq);
+  vsa_arg_layout_shape(d.layout, d.B, d.H, d.Skv, d.D, sk);
   vsa_tensor *ci = NULL, *cn = NULL;
   if (validate || canonical) {
     /* k2q -> q2k validates the lists; q2k -> k2q again gives every kv row

@@ -96,7 +96,9 @@ field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
   return ids;
 }
 
-/* vsalab.oracle{q=, k=, v=, dO=, q2k_idx=, q2k_num=, variable_block_sizes=,
+/* Token tensors are [B,H,S,D] (layout='bhsd', the default) or [B,S,H,D]
+ * (layout='bshd'), the results in the same layout; lse stays [B,H,Sq].
+ * vsalab.oracle{q=, k=, v=, dO=, q2k_idx=, q2k_num=, variable_block_sizes=,
  *   o=?, lse=?, sm_scale=?, bh=?, q_blocks=?, kv_blocks=?}
  *   -> {o=, lse=, dq=, dk=, dv=}: f64 CPU tensors (dq, dk include sm_scale).
  * fp64 brute force on the host (src/core/oracle.c). With o/lse given it computes
@@ -108,7 +110,7 @@ field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
 static int
 l_oracle(lua_State *L)
 {
-  static const char *const keys[] = {"q", "k", "v", "dO", "o", "lse", "q2k_idx", "q2k_num", "variable_block_sizes", "sm_scale", "bh", "q_blocks", "kv_blocks", NULL};
+  static const char *const keys[] = {"q", "k", "v", "dO", "o", "lse", "q2k_idx", "q2k_num", "variable_block_sizes", "sm_scale", "bh", "q_blocks", "kv_blocks", "layout", NULL};
   vsa_arg_check_keys(L, 1, "oracle", keys);
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
@@ -123,20 +125,23 @@ l_oracle(lua_State *L)
   vsa_tensor *idx = field_i32_host(L, 1, "q2k_idx");
   vsa_tensor *num = field_i32_host(L, 1, "q2k_num");
   vsa_tensor *vbs = field_i32_host(L, 1, "variable_block_sizes");
+  /* Read after the tensors: the table's __index may free one of them. */
+  const int layout = vsa_arg_layout(L, 1);
+  const int sd = vsa_arg_seq_dim(layout), hd = 3 - sd;
   if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || dO->ndim != 4)
-    return vsa_lua_errorf(L, "q, k, v, dO must be [B,H,S,D]");
-  {
-    int64_t wk[4] = {q->shape[0], q->shape[1], k->shape[2], q->shape[3]};
-    vsa_arg_shape(L, k, "k", 4, wk);
-    int64_t wl[3] = {q->shape[0], q->shape[1], q->shape[2]};
-    if (o) vsa_arg_shape(L, o, "o", 4, q->shape);
-    if (lse) vsa_arg_shape(L, lse, "lse", 3, wl);
+    return vsa_lua_errorf(L, "q, k, v, dO must be [B,H,S,D] (layout bhsd) or [B,S,H,D] (bshd)");
+  attn_dims d = {q->shape[0], q->shape[hd], q->shape[sd], k->shape[sd], q->shape[3], VSA_CPU, 0,
+                 layout};
+  vsa_arg_token_shape(L, k, "k", layout, "Skv", d.B, d.H, d.Skv, d.D);
+  if (o) vsa_arg_token_shape(L, o, "o", layout, "Sq", d.B, d.H, d.Sq, d.D);
+  if (lse) {
+    int64_t wl[3] = {d.B, d.H, d.Sq};
+    vsa_arg_shape(L, lse, "lse", 3, wl);
   }
-  attn_dims d = {q->shape[0], q->shape[1], q->shape[2], k->shape[2], q->shape[3], VSA_CPU, 0};
   if (d.Sq % 64 || d.Skv % 64 || d.Sq < 1 || d.Skv < 1)
     return vsa_lua_errorf(L, "sequence lengths must be positive multiples of 64");
-  vsa_arg_shape(L, dO, "dO", 4, q->shape);
-  vsa_arg_shape(L, v, "v", 4, k->shape);
+  vsa_arg_token_shape(L, dO, "dO", layout, "Sq", d.B, d.H, d.Sq, d.D);
+  vsa_arg_token_shape(L, v, "v", layout, "Skv", d.B, d.H, d.Skv, d.D);
   if (vbs->ndim != 1)
     return vsa_lua_errorf(L, "variable_block_sizes: expected a 1-d tensor [Skv/block]");
   /* The block size: Skv / #variable_block_sizes (bsa.h). */
@@ -154,6 +159,7 @@ l_oracle(lua_State *L)
   vsa_oracle_args a = {0};
   a.B = (int)d.B; a.H = (int)d.H; a.Sq = (int)d.Sq; a.Skv = (int)d.Skv; a.D = (int)d.D;
   a.block = d.block;
+  a.layout = layout;
   a.sm_scale = vsa_arg_num(L, 1, "sm_scale", 1.0 / sqrt((double)d.D));
   /* The kernels' range: beyond it logits overflow even in fp64 and rows
    * come out inf/NaN instead of an error. */
@@ -170,7 +176,9 @@ l_oracle(lua_State *L)
   a.bh_list = field_ids(L, 1, "bh", &a.n_bh, (int)(d.B * d.H));
   a.q_blocks = field_ids(L, 1, "q_blocks", &a.n_q_blocks, (int)wn[2]);
   a.kv_blocks = field_ids(L, 1, "kv_blocks", &a.n_kv_blocks, (int)wv[0]);
-  int64_t so[4] = {d.B, d.H, d.Sq, d.D}, sk[4] = {d.B, d.H, d.Skv, d.D}, sl[3] = {d.B, d.H, d.Sq};
+  int64_t so[4], sk[4], sl[3] = {d.B, d.H, d.Sq};
+  vsa_arg_layout_shape(layout, d.B, d.H, d.Sq, d.D, so);
+  vsa_arg_layout_shape(layout, d.B, d.H, d.Skv, d.D, sk);
   lua_newtable(L);
   const char *names[5] = {"o", "lse", "dq", "dk", "dv"};
   vsa_tensor *outs[5];

@@ -87,6 +87,7 @@ static const field row_fields[] = {
   ROW(samples_ms, F_TEXT), ROW(sm_clock_start_mhz, F_REAL),
   ROW(sm_clock_end_mhz, F_REAL), ROW(throttled, F_FLAG),
   ROW(gpu_index, F_INT), ROW(gpu_name, F_TEXT),   ROW(gpu_uuid, F_TEXT),
+  ROW(layout, F_TEXT),
   {"errors", F_ERRORS, 0}, {NULL, F_TEXT, 0},
 };
 

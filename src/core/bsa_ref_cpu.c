@@ -10,7 +10,10 @@
  *   - list entries past a row's count are never read;
  *   - a q row with no valid key gets o = 0, lse = VSA_LSE_EMPTY, dq = 0;
  *   - kv blocks no q block selects get dk = dv = 0 exactly;
- *   - every element of every output is written, offsets are int64.
+ *   - every element of every output is written, offsets are int64;
+ *   - q, k, v, o, dO and the gradients are in s->layout (BHSD or BSHD): a
+ *     head's token t lies at vsa_head_offset + t·vsa_token_stride, so both
+ *     layouts run the same arithmetic in the same order (same bits).
  * dk/dv walk the k2q lists (kv block j loops over its q blocks), dq walks the
  * q2k lists (recomputing S and dP): deterministic, no accumulation races.
  *
@@ -61,6 +64,9 @@ check_shape(const vsa_shape *s, const char *fn)
     return vsa_fail("%s: bad shape B=%d H=%d Sq=%d Skv=%d D=%d", fn, s->B,
                     s->H, s->Sq, s->Skv, s->D);
   VSA_TRY(vsa_block_check(s->block, fn));
+  if (!vsa_layout_name(s->layout))
+    return vsa_fail("%s: layout %d is not supported (supported: bhsd, bshd)",
+                    fn, s->layout);
   if (s->Sq % s->block != 0 || s->Skv % s->block != 0)
     return vsa_fail("%s: Sq=%d and Skv=%d must be multiples of the block size %d", fn, s->Sq,
                     s->Skv, s->block);
@@ -104,6 +110,7 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
   const int H = s->H, D = s->D;
   const int BLK = s->block, nq = s->Sq / BLK, nkv = s->Skv / BLK;
   const int64_t BH = (int64_t)s->B * H;
+  const int64_t ts = vsa_token_stride(s->layout, H, D);
   VSA_TRY(check_list(q2k_idx, q2k_num, BH * nq, q2k_width, nkv, "q2k"));
 
   const float scale2 = s->sm_scale * (float)VSA_LOG2E;
@@ -123,17 +130,17 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
       free(acc);
       return -1;
     }
-    const uint16_t *qs = q + bh * s->Sq * (int64_t)D;
-    const uint16_t *ks = k + bh * s->Skv * (int64_t)D;
-    const uint16_t *vs = v + bh * s->Skv * (int64_t)D;
+    const int64_t qoff = vsa_head_offset(s->layout, H, s->Sq, D, bh);
+    const int64_t koff = vsa_head_offset(s->layout, H, s->Skv, D, bh);
+    const uint16_t *qs = q + qoff, *ks = k + koff, *vs = v + koff;
     for (int i = 0; i < nq; i++) {
       const int64_t row = bh * nq + i;
       const int32_t *list = q2k_idx + row * q2k_width;
       const int count = q2k_num[row];
       for (int t = 0; t < BLK; t++) {
         const int64_t r = (int64_t)i * BLK + t; /* q row in slice */
-        const uint16_t *qr = qs + r * D;
-        float *orow = o + (bh * s->Sq + r) * D;
+        const uint16_t *qr = qs + r * ts;
+        float *orow = o + qoff + r * ts;
 
         /* Pass 1: logits of the valid keys, and their max. */
         int n = 0;
@@ -142,7 +149,7 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
           const int j = list[e], nv = valid_keys(vbs, j, BLK);
           for (int c = 0; c < nv; c++) {
             const int64_t kr = (int64_t)j * BLK + c;
-            float x = dot_bf16(qr, ks + kr * D, D) * scale2;
+            float x = dot_bf16(qr, ks + kr * ts, D) * scale2;
             logit[n++] = x;
             m = fmaxf(m, x);
           }
@@ -161,7 +168,7 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
           const int j = list[e], nv = valid_keys(vbs, j, BLK);
           for (int c = 0; c < nv; c++) {
             const int64_t kr = (int64_t)j * BLK + c;
-            const uint16_t *vr = vs + kr * D;
+            const uint16_t *vr = vs + kr * ts;
             float p = exp2f(logit[n++] - m);
             l += p;
             for (int d = 0; d < D; d++) acc[d] += p * bf16_to_f32(vr[d]);
@@ -195,6 +202,7 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
   const int64_t BH = (int64_t)s->B * H;
   VSA_TRY(check_list(q2k_idx, q2k_num, BH * nq, q2k_width, nkv, "q2k"));
   VSA_TRY(check_list(k2q_idx, k2q_num, BH * nkv, k2q_width, nq, "k2q"));
+  const int64_t ts = vsa_token_stride(s->layout, H, D);
 
   const float scale2 = s->sm_scale * (float)VSA_LOG2E;
   float *acc_k = malloc((size_t)D * sizeof *acc_k);
@@ -205,10 +213,12 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
     return vsa_fail("vsa_backward_ref_cpu: out of host memory");
   }
 
-  /* Delta[r] = Σ_d dO[r][d]·o[r][d] for every q row (empty rows too). */
-  for (int64_t r = 0; r < BH * s->Sq; r++) {
-    const uint16_t *dOr = dO + r * D, *orow = o + r * D;
-    delta[r] = dot_bf16(dOr, orow, D);
+  /* Delta[r] = Σ_d dO[r][d]·o[r][d] for every q row (empty rows too);
+   * Delta is [B,H,Sq] in both layouts. */
+  for (int64_t bh = 0; bh < BH; bh++) {
+    const int64_t off = vsa_head_offset(s->layout, H, s->Sq, D, bh);
+    for (int64_t r = 0; r < s->Sq; r++)
+      delta[bh * s->Sq + r] = dot_bf16(dO + off + r * ts, o + off + r * ts, D);
   }
 
   for (int64_t bh = 0; bh < BH; bh++) {
@@ -217,10 +227,11 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
       free(acc_v);
       return -1;
     }
-    const int64_t qbase = bh * s->Sq, kbase = bh * s->Skv;
-    const uint16_t *qs = q + qbase * D, *dOs = dO + qbase * D;
-    const uint16_t *ks = k + kbase * D, *vs = v + kbase * D;
-    const float *lses = lse + qbase, *deltas = delta + qbase;
+    const int64_t qoff = vsa_head_offset(s->layout, H, s->Sq, D, bh);
+    const int64_t koff = vsa_head_offset(s->layout, H, s->Skv, D, bh);
+    const uint16_t *qs = q + qoff, *dOs = dO + qoff;
+    const uint16_t *ks = k + koff, *vs = v + koff;
+    const float *lses = lse + bh * s->Sq, *deltas = delta + bh * s->Sq;
 
     /* dk, dv: one kv row c at a time, over the q blocks that select its
      * block (k2q list). Invalid slots and unselected blocks stay 0. */
@@ -232,12 +243,12 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
         const int64_t kr = (int64_t)j * BLK + c;
         for (int d = 0; d < D; d++) acc_k[d] = acc_v[d] = 0.0f;
         if (c < nv) {
-          const uint16_t *kc = ks + kr * D, *vc = vs + kr * D;
+          const uint16_t *kc = ks + kr * ts, *vc = vs + kr * ts;
           for (int e = 0; e < count; e++) {
             const int i = list[e];
             for (int t = 0; t < BLK; t++) {
               const int64_t r = (int64_t)i * BLK + t;
-              const uint16_t *qr = qs + r * D, *dOr = dOs + r * D;
+              const uint16_t *qr = qs + r * ts, *dOr = dOs + r * ts;
               float p = exp2f(dot_bf16(qr, kc, D) * scale2 - lses[r]);
               float dp = dot_bf16(dOr, vc, D);
               float ds = p * (dp - deltas[r]);
@@ -248,7 +259,7 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
             }
           }
         }
-        float *dkr = dk + (kbase + kr) * D, *dvr = dv + (kbase + kr) * D;
+        float *dkr = dk + koff + kr * ts, *dvr = dv + koff + kr * ts;
         for (int d = 0; d < D; d++) {
           dkr[d] = s->sm_scale * acc_k[d];
           dvr[d] = acc_v[d];
@@ -264,19 +275,19 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
       const int count = q2k_num[row];
       for (int t = 0; t < BLK; t++) {
         const int64_t r = (int64_t)i * BLK + t;
-        const uint16_t *qr = qs + r * D, *dOr = dOs + r * D;
+        const uint16_t *qr = qs + r * ts, *dOr = dOs + r * ts;
         for (int d = 0; d < D; d++) acc_k[d] = 0.0f;
         for (int e = 0; e < count; e++) {
           const int j = list[e], nv = valid_keys(vbs, j, BLK);
           for (int c = 0; c < nv; c++) {
             const int64_t kr = (int64_t)j * BLK + c;
-            const uint16_t *kc = ks + kr * D, *vc = vs + kr * D;
+            const uint16_t *kc = ks + kr * ts, *vc = vs + kr * ts;
             float p = exp2f(dot_bf16(qr, kc, D) * scale2 - lses[r]);
             float ds = p * (dot_bf16(dOr, vc, D) - deltas[r]);
             for (int d = 0; d < D; d++) acc_k[d] += ds * bf16_to_f32(kc[d]);
           }
         }
-        float *dqr = dq + (qbase + r) * D;
+        float *dqr = dq + qoff + r * ts;
         for (int d = 0; d < D; d++) dqr[d] = s->sm_scale * acc_k[d];
       }
     }

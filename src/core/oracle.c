@@ -20,6 +20,10 @@
  * (lse and o over every key), which is the bulk of the time. Memory is
  * O(Skv + nq + nkv) beyond the caller's arrays: no S×S matrix is formed.
  *
+ * q, k, v, dO, o_in, o_out and dq, dk, dv are in a->layout (BHSD or BSHD,
+ * bsa.h): a head's token t lies at vsa_head_offset + t·vsa_token_stride;
+ * lse_in/lse_out are [B,H,Sq] in both.
+ *
  * o_out/lse_out are written only when the oracle computes the forward
  * (o_in and lse_in NULL), for the rows of the listed q blocks.
  */
@@ -102,6 +106,9 @@ check_args(const vsa_oracle_args *a, int want_bwd)
   if (want_bwd && !a->dO)
     return vsa_fail("oracle: dO is required for dq/dk/dv");
   VSA_TRY(vsa_block_check(a->block, "oracle"));
+  if (!vsa_layout_name(a->layout))
+    return vsa_fail("oracle: layout %d is not supported (supported: bhsd, "
+                    "bshd)", a->layout);
   int nkv = (a->Skv + a->block - 1) / a->block;
   for (int j = 0; j < nkv; j++)
     if (a->vbs[j] < 0 || a->vbs[j] > a->block)
@@ -121,13 +128,15 @@ dot(const double *x, const double *y, int D)
   return s;
 }
 
-/* Zero rows [blk*block, min(S, (blk+1)*block)) of a [S, D] slice. */
+/* Zero rows [blk*block, min(S, (blk+1)*block)) of one head's slice whose
+ * rows lie ts elements apart (D in BHSD, H·D in BSHD). */
 static void
-zero_block(double *p, int blk, int block, int S, int D)
+zero_block(double *p, int blk, int block, int S, int D, int64_t ts)
 {
   if (!p) return;
   int r0 = blk * block, r1 = r0 + block < S ? r0 + block : S;
-  memset(p + (int64_t)r0 * D, 0, (size_t)(r1 - r0) * D * sizeof *p);
+  for (int r = r0; r < r1; r++)
+    memset(p + (int64_t)r * ts, 0, (size_t)D * sizeof *p);
 }
 
 // ----------------------------------------------------------------------------
@@ -144,6 +153,7 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
   const int nq = (Sq + BLK - 1) / BLK;
   const int nkv = (Skv + BLK - 1) / BLK;
   const double c = a->sm_scale * VSA_LOG2E;
+  const int64_t ts = vsa_token_stride(a->layout, H, D);
 
   uint8_t *bh_on = malloc((size_t)B * H);
   uint8_t *q_on = malloc((size_t)nq);
@@ -165,22 +175,24 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
   for (int bh = 0; bh < B * H; bh++) {
     if (!bh_on[bh]) continue;
     if (check_slice(a, bh, nq, nkv)) goto done;
-    const int64_t qoff = (int64_t)bh * Sq, koff = (int64_t)bh * Skv;
-    const double *Q = a->q + qoff * D, *K = a->k + koff * D,
-                 *V = a->v + koff * D;
-    const double *dO = a->dO ? a->dO + qoff * D : NULL;
+    /* Element offsets of this head's token 0; lse rows stay [B,H,Sq]. */
+    const int64_t qoff = vsa_head_offset(a->layout, H, Sq, D, bh);
+    const int64_t koff = vsa_head_offset(a->layout, H, Skv, D, bh);
+    const int64_t loff = (int64_t)bh * Sq;
+    const double *Q = a->q + qoff, *K = a->k + koff, *V = a->v + koff;
+    const double *dO = a->dO ? a->dO + qoff : NULL;
     const int32_t *num = a->q2k_num + (int64_t)bh * nq;
     const int32_t *idx = a->q2k_idx + (int64_t)bh * nq * a->q2k_width;
-    double *dQ = dq ? dq + qoff * D : NULL;
-    double *dK = dk ? dk + koff * D : NULL, *dV = dv ? dv + koff * D : NULL;
+    double *dQ = dq ? dq + qoff : NULL;
+    double *dK = dk ? dk + koff : NULL, *dV = dv ? dv + koff : NULL;
 
     /* Produced rows start from zero: they are sums. */
     for (int i = 0; i < nq; i++)
-      if (q_on[i]) zero_block(dQ, i, BLK, Sq, D);
+      if (q_on[i]) zero_block(dQ, i, BLK, Sq, D, ts);
     for (int j = 0; j < nkv; j++)
       if (kv_on[j]) {
-        zero_block(dK, j, BLK, Skv, D);
-        zero_block(dV, j, BLK, Skv, D);
+        zero_block(dK, j, BLK, Skv, D, ts);
+        zero_block(dV, j, BLK, Skv, D, ts);
       }
 
     for (int i = 0; i < nq; i++) {
@@ -208,15 +220,15 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
 
       int r1 = (i + 1) * BLK < Sq ? (i + 1) * BLK : Sq;
       for (int r = i * BLK; r < r1; r++) {
-        const double *q = Q + (int64_t)r * D;
+        const double *q = Q + (int64_t)r * ts;
         for (int t = 0; t < nk; t++)
-          x[t] = dot(q, K + (int64_t)keys[t] * D, D) * c;
+          x[t] = dot(q, K + (int64_t)keys[t] * ts, D) * c;
 
         const double *o;
         double lse;
         if (a->o_in) {
-          o = a->o_in + (qoff + r) * D;
-          lse = a->lse_in[qoff + r];
+          o = a->o_in + qoff + (int64_t)r * ts;
+          lse = a->lse_in[loff + r];
         } else {
           memset(orow, 0, (size_t)D * sizeof *orow);
           lse = VSA_LSE_EMPTY;
@@ -227,34 +239,35 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
             lse = m + log2(sum);
             for (int t = 0; t < nk; t++) {
               double p = exp2(x[t] - lse);
-              const double *vc = V + (int64_t)keys[t] * D;
+              const double *vc = V + (int64_t)keys[t] * ts;
               for (int d = 0; d < D; d++) orow[d] += p * vc[d];
             }
           }
           o = orow;
           if (q_on[i] && o_out)
-            memcpy(o_out + (qoff + r) * D, orow, (size_t)D * sizeof *orow);
-          if (q_on[i] && lse_out) lse_out[qoff + r] = lse;
+            memcpy(o_out + qoff + (int64_t)r * ts, orow,
+                   (size_t)D * sizeof *orow);
+          if (q_on[i] && lse_out) lse_out[loff + r] = lse;
         }
         if (!want_bwd) continue;
 
-        const double *g = dO + (int64_t)r * D;
+        const double *g = dO + (int64_t)r * ts;
         double delta = dot(g, o, D);
-        double *dqr = dQ && q_on[i] ? dQ + (int64_t)r * D : NULL;
+        double *dqr = dQ && q_on[i] ? dQ + (int64_t)r * ts : NULL;
         for (int t = 0; t < nk; t++) {
           int kc = keys[t];
           int kv_row = kv_on[kc / BLK];
           if (!dqr && !kv_row) continue;
           double p = exp2(x[t] - lse);
-          const double *kr = K + (int64_t)kc * D, *vr = V + (int64_t)kc * D;
+          const double *kr = K + (int64_t)kc * ts, *vr = V + (int64_t)kc * ts;
           double ds = p * (dot(g, vr, D) - delta);
           if (dqr)
             for (int d = 0; d < D; d++) dqr[d] += a->sm_scale * ds * kr[d];
           if (kv_row && dK)
             for (int d = 0; d < D; d++)
-              dK[(int64_t)kc * D + d] += a->sm_scale * ds * q[d];
+              dK[(int64_t)kc * ts + d] += a->sm_scale * ds * q[d];
           if (kv_row && dV)
-            for (int d = 0; d < D; d++) dV[(int64_t)kc * D + d] += p * g[d];
+            for (int d = 0; d < D; d++) dV[(int64_t)kc * ts + d] += p * g[d];
         }
       }
     }

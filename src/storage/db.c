@@ -73,10 +73,10 @@ static const char *const stmt_sql[ST_LAST] = {
     " density, topk, ragged, pairs, ms_median, ms_min, ms_max, spread,"
     " samples, tflops, passed, note, extra, ms_p20, ms_p80, rel_stddev, mode,"
     " point_hash, samples_ms, sm_clock_start_mhz, sm_clock_end_mhz,"
-    " throttled, gpu_index, gpu_name, gpu_uuid)"
+    " throttled, gpu_index, gpu_name, gpu_uuid, layout)"
     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14,"
     " ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28,"
-    " ?29, ?30, ?31, ?32, ?33, ?34)",
+    " ?29, ?30, ?31, ?32, ?33, ?34, coalesce(?35, 'bhsd'))",
   [ST_ERROR_INSERT] =
     "INSERT INTO result_error (result_id, output, rel_l2, max_abs, nonfinite,"
     " norm_ratio, passed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -768,6 +768,7 @@ vsa_db_result_add(vsa_db *db, const vsa_result_row *row,
     arg_real(row->sm_clock_start_mhz), arg_real(row->sm_clock_end_mhz),
     arg_int(row->throttled),  arg_int(row->gpu_index),
     arg_text(row->gpu_name),  arg_text(row->gpu_uuid),
+    arg_text(row->layout),
   };
   int nested;
   VSA_TRY(tx_begin(db, &nested));

@@ -27,7 +27,7 @@
 #include <sqlite3.h>
 
 /* The schema version this build creates and understands. */
-#define VSA_DB_SCHEMA_VERSION 4
+#define VSA_DB_SCHEMA_VERSION 5
 
 /* An integer field holding this is stored as NULL (unknown). */
 #define VSA_DB_NULL INT64_MIN
@@ -89,6 +89,7 @@ typedef struct {
   int64_t gpu_index;       /* CUDA ordinal of the GPU on its host (v3) */
   const char *gpu_name;    /* e.g. "NVIDIA H200" (v3) */
   const char *gpu_uuid;    /* "GPU-xxxxxxxx-...", as nvidia-smi -L (v3) */
+  const char *layout;      /* 'bhsd' or 'bshd'; NULL stores 'bhsd' (v5) */
 } vsa_result_row;
 
 /* Error metrics of one output of a result (table result_error). */

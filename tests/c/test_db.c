@@ -37,6 +37,7 @@ static char schema_text[256 * 1024];
 static char upgrade2_text[64 * 1024];
 static char upgrade3_text[64 * 1024];
 static char upgrade4_text[64 * 1024];
+static char upgrade5_text[64 * 1024];
 
 const vsa_embedded_file vsa_embedded[] = {
   {"schema", "sql", "@db/schema.sql", sizeof schema_text, schema_text},
@@ -46,6 +47,8 @@ const vsa_embedded_file vsa_embedded[] = {
    sizeof upgrade3_text, upgrade3_text},
   {"upgrade_0004", "sql", "@db/upgrades/0004_block.sql",
    sizeof upgrade4_text, upgrade4_text},
+  {"upgrade_0005", "sql", "@db/upgrades/0005_layout.sql",
+   sizeof upgrade5_text, upgrade5_text},
   {NULL, NULL, NULL, 0, NULL},
 };
 
@@ -72,7 +75,7 @@ load_file(const char *path, char *schema_text, size_t cap)
 static int
 load_schema(const char *path)
 {
-  char up2[4096], up3[4096], up4[4096];
+  char up2[4096], up3[4096], up4[4096], up5[4096];
   const char *slash = strrchr(path, '/');
   int dir = slash ? (int)(slash - path) : 0;
   snprintf(up2, sizeof up2, "%.*s%supgrades/0002_measurement.sql", dir, path,
@@ -81,10 +84,13 @@ load_schema(const char *path)
            slash ? "/" : "");
   snprintf(up4, sizeof up4, "%.*s%supgrades/0004_block.sql", dir, path,
            slash ? "/" : "");
+  snprintf(up5, sizeof up5, "%.*s%supgrades/0005_layout.sql", dir, path,
+           slash ? "/" : "");
   if (load_file(path, schema_text, sizeof schema_text)) return -1;
   if (load_file(up2, upgrade2_text, sizeof upgrade2_text)) return -1;
   if (load_file(up3, upgrade3_text, sizeof upgrade3_text)) return -1;
-  return load_file(up4, upgrade4_text, sizeof upgrade4_text);
+  if (load_file(up4, upgrade4_text, sizeof upgrade4_text)) return -1;
+  return load_file(up5, upgrade5_text, sizeof upgrade5_text);
 }
 
 // ----------------------------------------------------------------------------
@@ -475,13 +481,18 @@ test_refusals(void)
                          "  AND gpu_uuid IS NULL),"
                          " (SELECT count(*) FROM run WHERE length(uid) = 32 AND sweep_id IS NULL),"
                          " (SELECT count(*) FROM result WHERE ms_median = 1.5 AND block = 64),"
-                         " (SELECT count(*) FROM result WHERE ms_median = 2.5 AND block = 128)",
+                         " (SELECT count(*) FROM result WHERE ms_median = 2.5 AND block = 128),"
+                         " (SELECT count(*) FROM result WHERE layout = 'bhsd'),"
+                         " (SELECT count(*) FROM result_summary WHERE layout = 'bhsd')",
                          -1, &q, NULL);
       int ok = q && sqlite3_step(q) == SQLITE_ROW &&
                sqlite3_column_int(q, 0) == VSA_DB_SCHEMA_VERSION &&
                sqlite3_column_int(q, 1) == 1 && sqlite3_column_int(q, 2) == 1;
       int block_ok = q && sqlite3_column_int(q, 3) == 1 && sqlite3_column_int(q, 4) == 1;
+      int layout_ok = q && sqlite3_column_int(q, 5) == 2 && sqlite3_column_int(q, 6) == 2;
       sqlite3_finalize(q);
+      check(layout_ok, "old rows read layout 'bhsd' (schema 5), in result and result_summary",
+            NULL);
       check(ok, "upgrade to the latest version keeps the old rows, adds the new columns"
             " and gives old runs a uid", "%s",
             sqlite3_errmsg(vsa_db_handle(u)));

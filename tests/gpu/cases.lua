@@ -2,14 +2,16 @@
 -- check (the GPU specs run the same through busted; this is the readable
 -- report, what tests/gpu/run.sh's sm100emu, sm100emu-full, case12 and
 -- blackwell steps run):
---   build/vsalab run tests/gpu/cases.lua [--only=1,2,...] [--skip=12,...] [--launches-scale=X] [--blocks=64,128] BACKEND...
+--   build/vsalab run tests/gpu/cases.lua [--only=1,2,...] [--skip=12,...] [--launches-scale=X] [--blocks=64,128]
+--       [--layouts=bhsd,bshd] BACKEND...
 -- --only: these case numbers alone (docs/CASES.md); --skip: every case but
 -- these; --launches-scale: the repeated-launch cases (8: 50 launches, 10:
 -- 2000) run X times as many, at least 2; --blocks: these block sizes
--- alone (default: every supported size). Exits non-zero when a check fails
+-- alone (default: every supported size); --layouts: the token layouts the
+-- backend is handed the cases in (default bhsd; vsalab.cases). Exits non-zero when a check fails
 -- or a backend is unavailable, 2 on a usage error.
 local usage = require "vsalab.usage"
-local help = "usage: vsalab run tests/gpu/cases.lua [--only=1,2,...] [--skip=12,...] [--launches-scale=X] [--blocks=64,128] BACKEND..."
+local help = "usage: vsalab run tests/gpu/cases.lua [--only=1,2,...] [--skip=12,...] [--launches-scale=X] [--blocks=64,128] [--layouts=bhsd,bshd] BACKEND..."
 local n_cases = #vsalab.cases.list
 
 -- The case numbers of a comma list (opt names the option in errors).
@@ -26,13 +28,22 @@ local function case_list(opt, v)
   return t
 end
 
-local names, only, skip, scale, blocks = {}, nil, nil, nil, nil
+local names, only, skip, scale, blocks, lays = {}, nil, nil, nil, nil, nil
 for _, a in ipairs{...} do
+  local ly = a:match("^%-%-layouts=(.*)$")
   local o = a:match("^%-%-only=(.*)$")
   local k = a:match("^%-%-skip=(.*)$")
   local s = a:match("^%-%-launches%-scale=(.*)$")
   local bl = a:match("^%-%-blocks=(.*)$")
-  if bl then
+  if ly then
+    lays = {}
+    for w in ly:gmatch("[^,]+") do
+      local ok, why = pcall(require("vsalab.layouts").check, w, "cases.lua: --layouts")
+      if not ok then usage.error(tostring(why)) end
+      lays[#lays + 1] = why
+    end
+    if #lays == 0 then usage.error("cases.lua: --layouts names no layout") end
+  elseif bl then
     blocks = {}
     for w in bl:gmatch("[^,]+") do
       local n = tonumber(w)
@@ -80,7 +91,7 @@ for _, name in ipairs(names) do
   else
     local t0 = os.time()
     local res = vsalab.cases.run(name, {device = "cuda", seed = os.time(), only = only,
-      launches_scale = scale, blocks = blocks, on_result = function(r) print(vsalab.cases.format(r)) end})
+      launches_scale = scale, blocks = blocks, layouts = lays, on_result = function(r) print(vsalab.cases.format(r)) end})
     local n_bad = 0
     for _, r in ipairs(res) do if not r.passed then n_bad = n_bad + 1 end end
     print(string.format("%s: %d of %d checks passed (%d s)", name, #res - n_bad, #res, os.time() - t0))

@@ -27,6 +27,7 @@ peers-fault|-|each installed peer crashing mid-run: earlier rows kept, the run c
 sm100emu-full|-|sm100emu with every CASES case (12 included) at full launch counts, the three sanitizers on every emulated backend, seed_sweep and Wan 720P H4 spot checks of the emulation
 sanitize-full|-|the three compute-sanitizer tools on every backend (variants and emulated ones included)
 case12|-|CASES case 12 (64-bit offsets, 2^31 elements a tensor) alone, every default backend
+layout|-|the token layouts: layout_spec with sm100a-emu and its bshd problem past 2^31 elements (VSALAB_LAYOUT_LARGE=1), then every CASES case in bshd for every default backend at both block sizes
 compare|harness|vsalab compare end to end: the same sweep twice is SAME, a run slowed by VSALAB_SLOWDOWN_US is SLOW (check_compare_verdicts.sh)
 fault|harness|a sticky CUDA fault at point 2 ends the run failed with its rows kept and the DB intact (check_fault_recovery.sh)
 devices|harness|--devices all against --device 0, and a faulting worker losing one point only (check_devices_run.sh)
@@ -581,6 +582,15 @@ step_case12() {
   local b
   while read -r b; do
     [ -n "$b" ] && check "case 12: $b" "$bin" run tests/gpu/cases.lua --only=12 "$b"
+  done < <(backends default)
+}
+
+step_layout() {
+  local b
+  # Alone: the 2^31-element bshd problem takes tens of GB.
+  spec tests/gpu/layout_spec.lua "layout_spec.lua (sm100a-emu, past 2^31)" VSALAB_SM100_EMU=1 VSALAB_LAYOUT_LARGE=1
+  while read -r b; do
+    [ -n "$b" ] && check "CASES in bshd: $b" "$bin" run tests/gpu/cases.lua --layouts=bshd "$b"
   done < <(backends default)
 }
 

@@ -163,7 +163,7 @@ has green "^spec +cases_spec.lua:reference +passed +2 +failed +0"
 has green "^spec +cases_spec.lua:fakegpu +passed +2 +failed +0"
 has green "^spec +cases_spec.lua case 12 +passed +2 +failed +0"
 has green "^step +quick +passed +3 +failed +0"
-has green "^step +specs +passed +14 +failed +0"
+has green "^step +specs +passed +16 +failed +0"
 has green "^total: 2 steps, 0 failed or not run"
 hasnt green "plugin_spec"
 grep -q "^ok 1 - fakegpu one" "$tmp/green/specs.log" || fail "green: specs.log lacks the cases output"
@@ -174,7 +174,7 @@ grep -q "VSALAB_CASES_BACKENDS=reference,fakegpu VSALAB_CASES_SKIP= VSALAB_CASES
 # One at a time (JOBS=1) gives the same lines.
 run_suite serial JOBS=1 -- "$fake" specs
 want_rc serial 0
-has serial "^step +specs +passed +14 +failed +0"
+has serial "^step +specs +passed +16 +failed +0"
 
 # --- a failing, a crashing, a planless spec: every file still runs ----------
 run_suite red FAKE_FAIL=gpu_spec.lua FAKE_CRASH=bench_spec.lua FAKE_NOPLAN=sm90a_spec.lua -- "$fake" specs
@@ -184,7 +184,7 @@ has red "boom"
 has red "^spec +bench_spec.lua +passed +1 +failed +1 .*exit 139 after 1 tests"
 has red "^spec +sm90a_spec.lua +passed +1 +failed +1 .*no TAP plan line"
 has red "^spec +vsa_lists_spec.lua +passed +2 +failed +0"
-has red "^step +specs +passed +11 +failed +3"
+has red "^step +specs +passed +13 +failed +3"
 has red "^total: 1 steps, 1 failed or not run"
 
 # --- a spec past CHECK_TIMEOUT fails, and the run goes on -------------------

@@ -4,6 +4,8 @@ backward in numpy on the CPU (float32, one q block's selected keys at a time):
 the protocol's CPU test when numpy is installed (vsalab runs it as
 `python3 tests/peers/numpy_peer.py DIR`; `peers=numpy` in an experiment).
 Writes float32 outputs (vsalab rounds them to bf16) and host-clock timings.
+Both token layouts natively: each head is a strided view of the arrays as
+job.json's layout stores them (vsalab_peer.head), no transposed copy.
 """
 import os
 import sys
@@ -27,19 +29,21 @@ def backward(job, t):
     keys = [np.arange(blk * j, blk * j + int(vbs[j])) for j in range(job["nkv"])]
     for b in range(B):
         for h in range(H):
-            delta = (do[b, h] * o[b, h]).sum(-1)
+            qh, kh, vh, doh, oh = (vp.head(job, x, b, h) for x in (q, k, v, do, o))
+            dqh, dkh, dvh = (vp.head(job, x, b, h) for x in (dq, dk, dv))
+            delta = (doh * oh).sum(-1)
             for i in range(job["nq"]):
                 cols = [keys[j] for j in qi[b, h, i, :qn[b, h, i]]]
                 if not cols:
                     continue
                 cols = np.concatenate(cols)
                 rows = slice(blk * i, blk * i + blk)
-                Q, G, K, V = q[b, h, rows], do[b, h, rows], k[b, h, cols], v[b, h, cols]
+                Q, G, K, V = qh[rows], doh[rows], kh[cols], vh[cols]
                 p = np.exp2((Q @ K.T) * (scale * np.float32(LOG2E)) - lse[b, h, rows, None])
                 ds = p * ((G @ V.T) - delta[rows, None])
-                dv[b, h, cols] += p.T @ G
-                dk[b, h, cols] += scale * (ds.T @ Q)
-                dq[b, h, rows] += scale * (ds @ K)
+                dvh[cols] += p.T @ G
+                dkh[cols] += scale * (ds.T @ Q)
+                dqh[rows] += scale * (ds @ K)
     return dq, dk, dv
 
 
@@ -55,7 +59,8 @@ def main():
             backward(job, t)
             return 1e3 * (time.perf_counter() - t0)
         xs, stop = vp.bench_loop(sample, job["bench"])
-        vp.save_timing(job, xs, "host", "hot", stop, "numpy float32 on the CPU")
+        vp.save_timing(job, xs, "host", "hot", stop,
+                       f"numpy float32 on the CPU, {job.get('layout', 'bhsd')} read in place")
     return 0
 
 

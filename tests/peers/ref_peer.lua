@@ -1,6 +1,7 @@
 -- ref_peer.lua — an external peer in a second vsalab process: reads a job
 -- directory of the external-backend protocol (lua/vsalab/external.lua),
--- runs vsalab's reference backward on the inputs and writes dq/dk/dv (and,
+-- runs vsalab's reference backward on the inputs (in job.json's layout,
+-- bhsd or bshd, natively) and writes dq/dk/dv (and,
 -- when the job asks for timing, timing.json). The protocol's CPU test; no
 -- Python needed:
 --   vsalab run tests/peers/ref_peer.lua DIR
@@ -35,7 +36,7 @@ for name, spec in pairs(job.inputs) do
 end
 local function run()
   return vsalab.backward_ref(t.dO, t.q, t.k, t.v, t.o, t.lse, t.k2q_idx, t.k2q_num,
-    t.variable_block_sizes, {sm_scale = job.sm_scale})
+    t.variable_block_sizes, {sm_scale = job.sm_scale, layout = job.layout or "bhsd"})
 end
 local dq, dk, dv = run()
 if fault == "nan" then dq:fill(0 / 0) end

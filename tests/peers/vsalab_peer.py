@@ -45,6 +45,18 @@ def f32_to_bf16(a):
     return r
 
 
+def head(job, x, b, h):
+    """Head (b, h) of a token tensor (q, k, v, o, dO or a gradient) as an
+    [S, D] view, in job["layout"]: x[b, h] in 'bhsd' [B, H, S, D], x[b, :, h]
+    in 'bshd' [B, S, H, D] (strided, no copy: writes go through)."""
+    layout = job.get("layout", "bhsd")
+    if layout == "bhsd":
+        return x[b, h]
+    if layout == "bshd":
+        return x[b, :, h]
+    sys.exit(f"vsalab_peer: layout '{layout}' is not supported (supported: bhsd, bshd)")
+
+
 def load_inputs(job):
     """{name: numpy array} as stored (bf16 inputs as uint16), shapes checked."""
     out = {}

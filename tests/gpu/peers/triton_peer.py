@@ -127,7 +127,9 @@ def main():
     import triton
     note = (f"FastVideo Triton backward {commit} (torch {torch.__version__}, triton {triton.__version__}), "
             f"k2q from its own inversion" + (f"; {block}-token lists expanded to 64 as FastVideo does"
-                                              if block != TRITON_BLOCK else ""))
+                                              if block != TRITON_BLOCK else "")
+            + ("; bshd transposed to BHSD and back inside the timed call (the kernel takes BHSD)"
+               if layout == "bshd" else ""))
     return pt.finish(job, dev, call, note, extra, parts=parts)
 
 
