@@ -14,7 +14,7 @@
 # TIMING=hot (burst, the default) or sustained (3 s of back-to-back calls a
 # row); SEED_SQ overrides the seed lengths (e.g. [4096,16384]). The rows go to
 # TABLES_DB (default $OUT/tables.db, or gpu-out/tables.db); runs append, so
-# parts can be measured in separate sessions and printed together.
+# parts can be measured at different times and printed together.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 bin=build/vsalab
