@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int n_pass, n_fail;
 
@@ -27,16 +29,7 @@ check(int ok, const char *what)
   else n_fail++;
 }
 
-static uint64_t rng_state = 0x5eed1a7017ull;
-
-static uint64_t
-rng_next(void)
-{
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+#include "test_rng.h"
 
 /* A bf16 of a uniform value in [-2, 2): the top half of its f32 bits. */
 static uint16_t
@@ -281,6 +274,11 @@ test_problem(int block)
 int
 main(void)
 {
+  /* Fresh inputs each run; VSALAB_TEST_SEED=N replays one. */
+  const char *seed = getenv("VSALAB_TEST_SEED");
+  rng_state = seed ? strtoull(seed, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+  printf("# seed %llu (replay: VSALAB_TEST_SEED=%llu)\n", (unsigned long long)rng_state,
+         (unsigned long long)rng_state);
   test_helpers();
   for (int i = 0; i < vsa_n_block_sizes; i++) test_problem(vsa_block_table[i].block);
   printf("%d passed, %d failed\n", n_pass, n_fail);

@@ -76,16 +76,7 @@ check_rel(const char *cfg, const char *name, const float *x, const double *ref,
 // ---------------------------------------------------------------------------
 // Data: deterministic PRNG, bf16 rounding
 
-static uint64_t rng_state;
-
-static uint64_t
-rng_next(void)
-{ /* splitmix64 */
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+#include "test_rng.h"
 
 static double
 rng_uniform(void)
