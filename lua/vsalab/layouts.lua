@@ -4,7 +4,10 @@
 -- [B, H, ...] in both. Both layouts hold the same numbers: a bshd tensor is
 -- the bhsd one with dims 2 and 3 swapped.
 --
--- names: {'bhsd', 'bshd'}; default: 'bhsd';
+-- The names live in C (src/core/layout.c, read through vsalab.layouts()),
+-- so that the kernels' launchers and this side agree.
+--
+-- names: {'bhsd', 'bshd'}; default: 'bhsd' (the first);
 -- check(layout, what): the layout (nil reads as the default), else raises
 --   "<what>: 'bsdh' is not supported (supported: bhsd, bshd)" (level 0: a
 --   usage error, shown as it is);
@@ -12,11 +15,14 @@
 -- dims(layout): "[B,H,S,D]" or "[B,S,H,D]", for messages;
 -- convert(t, from, to): t (4-d, either device) in layout `to`, a contiguous
 --   copy (t itself when from == to).
+local core = require "vsalab.core"
+
 local M = {}
 
-M.names = {"bhsd", "bshd"}
-M.default = "bhsd"
-local known = {bhsd = true, bshd = true}
+M.names = core.layouts()
+M.default = M.names[1]
+local known = {}
+for _, name in ipairs(M.names) do known[name] = true end
 
 function M.text()
   return table.concat(M.names, ", ")

@@ -42,6 +42,19 @@ l_block_sizes(lua_State *L)
   return 2;
 }
 
+/* vsalab.layouts() -> {'bhsd', 'bshd'}: the token layouts' names, the
+ * first the default (bsa.h's vsa_layout, entry i + 1 being value i). */
+static int
+l_layouts(lua_State *L)
+{
+  lua_createtable(L, vsa_n_layouts, 0);
+  for (int i = 0; i < vsa_n_layouts; i++) {
+    lua_pushstring(L, vsa_layout_name(i));
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
+}
+
 /* vsalab.video_blocks{T=, H=, W=, block=64, tile=, device=}
  *   -> vbs [nblocks] i32, padded_tokens (= block * nblocks), nblocks.
  * tile defaults to block's tile ({4,4,4} at 64, {2,8,8} at 128); a given
@@ -1043,7 +1056,7 @@ l_sm100a_image(lua_State *L)
 }
 
 static const luaL_Reg functions[] = {
-    {"block_sizes", l_block_sizes},
+    {"block_sizes", l_block_sizes}, {"layouts", l_layouts},
     {"video_blocks", l_video_blocks}, {"random_topk", l_random_topk},
     {"pair_count", l_pair_count}, {"invert_indices", l_invert_indices},
     {"forward_ref", l_forward_ref}, {"backward_ref", l_backward_ref},

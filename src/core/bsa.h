@@ -147,6 +147,8 @@ vsa_head_offset(int layout, int H, int S, int D, int64_t bh)
                             : bh * S * (int64_t)D;
 }
 
+/* The number of layouts: the enum's values are 0 .. vsa_n_layouts - 1. */
+enum { vsa_n_layouts = 2 };
 /* "bhsd" or "bshd" (NULL for any other value). */
 const char *vsa_layout_name(int layout);
 /* The layout named by name ("bhsd", "bshd"), or -1. */

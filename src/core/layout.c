@@ -3,18 +3,18 @@
 
 #include "bsa.h"
 
-static const char *const layout_names[] = {"bhsd", "bshd"};
+static const char *const layout_names[vsa_n_layouts] = {"bhsd", "bshd"};
 
 const char *
 vsa_layout_name(int layout)
 {
-  return layout == VSA_BHSD || layout == VSA_BSHD ? layout_names[layout] : NULL;
+  return layout >= 0 && layout < vsa_n_layouts ? layout_names[layout] : NULL;
 }
 
 int
 vsa_layout_parse(const char *name)
 {
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < vsa_n_layouts; i++)
     if (name && strcmp(name, layout_names[i]) == 0) return i;
   return -1;
 }
