@@ -38,6 +38,9 @@ pins() { grep -E '^[A-Za-z0-9_.-]+==' "$lock"; }
 trim() {
   local d=$1
   [ -d "$d" ] || die "trim: no folder $d"
+  # Only a peers install: trim deletes bin/ and include/ wholesale.
+  [ -d "$d/nvidia_cutlass_dsl" ] && [ -d "$d/cudnn" ] ||
+    die "trim: $d is not a peers install (no nvidia_cutlass_dsl/ and cudnn/ in it); nothing removed"
   rm -rf "$d"/nvidia_cutlass_dsl/cu13/lib/stubs "$d"/nvidia_cutlass_dsl/cu13/include \
     "$d"/nvidia_cutlass_dsl/cu13/lib/*.a "$d"/include \
     "$d"/bin

@@ -230,29 +230,9 @@ function M.adopt_resume()
   ctx.sweep_id = ctx.sweep_id or r.sweep_id
 end
 
--- The run of this process: begun on first use (extra: run columns to set
--- on the new row, false for NULL), or the coordinator's under --devices.
-function M.current(extra)
-  if state and not state.id then
-    -- Interrupted as begin_run returned: the row it began, if any.
-    state.id = state.db:run_id()
-    if not state.id then pcall(state.db.close, state.db); state = nil end
-  end
-  if state then return state end
-  M.check_stop("vsalab.log or vsalab.run")
-  -- A finalizer run when the state closes (or code after run_finish)
-  -- would begin a second run row that nothing ever closes.
-  if closed then error("vsalab.log: this invocation's run is already closed", 0) end
-  local ctx = context()
-  local path = ctx.db_path or "results.db"
-  -- A --db that cannot be opened is the user's to fix: a usage error.
-  local ok, db = pcall(core.db_open, path)
-  if not ok then
-    -- The C layer's hint (readonly=true) is for Lua's vsalab.db_open; here
-    -- the command line asked for a run, which must write its rows.
-    require("vsalab.usage").error((tostring(db):gsub("; open it with readonly=true to read it",
-      "; a run writes its rows there (runs, show and query can read it as it is)")))
-  end
+-- The rest of M.current once the DB is open: the run row this process
+-- writes to (a worker's, a resumed one, or a new one).
+local function begin(db, ctx, path, extra)
   local id
   local w = M.worker()
   if w then
@@ -332,6 +312,44 @@ function M.current(extra)
     if ctx.started_at then db:q("UPDATE run SET started_at = ? WHERE id = ?", ctx.started_at, id) end
   end
   return state
+end
+
+-- The run of this process: begun on first use (extra: run columns to set
+-- on the new row, false for NULL), or the coordinator's under --devices.
+function M.current(extra)
+  if state and not state.id then
+    -- Interrupted as begin_run returned: the row it began, if any.
+    state.id = state.db:run_id()
+    if not state.id then pcall(state.db.close, state.db); state = nil end
+  end
+  if state then return state end
+  M.check_stop("vsalab.log or vsalab.run")
+  -- A finalizer run when the state closes (or code after run_finish)
+  -- would begin a second run row that nothing ever closes.
+  if closed then error("vsalab.log: this invocation's run is already closed", 0) end
+  local ctx = context()
+  local path = ctx.db_path or "results.db"
+  -- A --db that cannot be opened is the user's to fix: a usage error.
+  local ok, db = pcall(core.db_open, path)
+  if not ok then
+    -- The C layer's hint (readonly=true) is for Lua's vsalab.db_open; here
+    -- the command line asked for a run, which must write its rows.
+    require("vsalab.usage").error((tostring(db):gsub("; open it with readonly=true to read it",
+      "; a run writes its rows there (runs, show and query can read it as it is)")))
+  end
+  -- Damage found past the header (a malformed page the first INSERT
+  -- reads) is the user's to fix too, as `runs` and `show` report it.
+  local okb, r = pcall(begin, db, ctx, path, extra)
+  if okb then return r end
+  local msg = tostring(r)
+  if type(r) == "string" and (msg:find("malformed", 1, true) or msg:find("not a database", 1, true)) then
+    if state and state.db == db then state = nil end
+    pcall(db.close, db)
+    -- Without the Lua position and the statement: one line a user can act on.
+    msg = msg:gsub("^[%w_./]+%.lua:%d+: ", ""):gsub(" in: .*$", "")
+    require("vsalab.usage").error("run: " .. path .. " is damaged: " .. msg)
+  end
+  error(r, 0)
 end
 
 -- {[point_hash] = {[kernel] = true}} of the rows the current run already

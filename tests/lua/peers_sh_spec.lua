@@ -41,4 +41,25 @@ describe("scripts/peers.sh", function()
     assert.falsy(left:find("peers-new", 1, true), left)
     os.execute("rm -rf " .. t)
   end)
+
+  it("trims only a peers install: any other folder keeps its bin/ and include/", function()
+    local t = tree()
+    local victim = dir .. "/victim"
+    os.execute("mkdir -p " .. victim .. "/bin " .. victim .. "/include && echo mine > " .. victim .. "/bin/tool")
+    local rc, _, err = H.sh("bash " .. t .. "/scripts/peers.sh trim " .. victim)
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("is not a peers install", 1, true), err)
+    assert.truthy(io.open(victim .. "/bin/tool"), "trim removed another folder's bin/")
+    -- A peers install loses what the peers never load, and keeps the rest.
+    local peers = dir .. "/peers"
+    os.execute("mkdir -p " .. peers .. "/cudnn/__pycache__ " .. peers .. "/nvidia_cutlass_dsl/cu13/include "
+      .. peers .. "/bin && echo x > " .. peers .. "/cudnn/api.py")
+    rc, _, err = H.sh("bash " .. t .. "/scripts/peers.sh trim " .. peers)
+    assert.equal(0, rc, err)
+    assert.truthy(io.open(peers .. "/cudnn/api.py"))
+    assert.falsy(io.open(peers .. "/bin"), "bin/ left")
+    assert.falsy(io.open(peers .. "/nvidia_cutlass_dsl/cu13/include"), "include/ left")
+    assert.falsy(io.open(peers .. "/cudnn/__pycache__"), "__pycache__ left")
+    os.execute("rm -rf " .. t)
+  end)
 end)

@@ -545,6 +545,25 @@ describe("damaged databases", function()
     assert.truthy(err:match("corrupt"))
     os.execute("rm -rf " .. dir)
   end)
+
+  it("refuses a run into a file damaged past its header, in one line, exit 2", function()
+    -- The header and schema read fine; the first INSERT meets the bad page
+    -- (run ended with exit 1 and a Lua traceback).
+    local dir = H.tmpdir()
+    local path = dir .. "/p.db"
+    local rc = H.vsalab("run --db " .. path .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.25]")
+    assert.equal(0, rc)
+    local f = assert(io.open(path, "r+b"))
+    f:seek("set", 4096)
+    f:write("XXXXXXXX")
+    f:close()
+    local rc2, _, err = H.vsalab("run --db " .. path .. " " .. H.root .. "/experiments/smoke.lua -a density=[0.25]")
+    assert.equal(2, rc2)
+    assert.truthy(err:match("is damaged"), err)
+    assert.falsy(err:match("traceback"), err)
+    assert.falsy(err:match("INSERT"), err)
+    os.execute("rm -rf " .. dir)
+  end)
 end)
 
 describe("a Lua backend that returns the wrong outputs", function()
