@@ -16,15 +16,26 @@
 # TABLES_DB (default $OUT/tables.db, or gpu-out/tables.db); runs append, so
 # parts can be measured at different times and printed together.
 set -uo pipefail
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+fail() { echo "peer_tables.sh: $*" >&2; exit 2; }
+# Paths given relative to the caller's directory, resolved before the cd.
+abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+bin=
+if [ $# -gt 0 ] && [ -x "$1" ] && [ -f "$1" ]; then bin=$(abs "$1"); shift; fi
+[ $# -gt 0 ] || usage
+out=$(abs "${OUT:-gpu-out}")
+db=$(abs "${TABLES_DB:-$out/tables.db}")
 cd "$(dirname "$0")/../.." || exit 2
-bin=build/vsalab
-if [ $# -gt 0 ] && [ -x "$1" ] && [ -f "$1" ]; then bin=$1; shift; fi
-[ $# -gt 0 ] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-out=${OUT:-gpu-out}
-mkdir -p "$out"
-db=${TABLES_DB:-$out/tables.db}
+bin=${bin:-$PWD/build/vsalab}
 timing=${TIMING:-hot}
-case $timing in hot|sustained) ;; *) echo "peer_tables.sh: TIMING must be hot or sustained, not '$timing'" >&2; exit 2 ;; esac
+case $timing in hot|sustained) ;; *) fail "TIMING must be hot or sustained, not '$timing'" ;; esac
+# Every part and SEED_SQ checked before anything runs (a sweep takes minutes).
+for part in "$@"; do
+  case $part in seed|wan|dense|table) ;; *) fail "unknown part '$part' (seed, wan, dense, table)" ;; esac
+done
+[[ ${SEED_SQ:-[1]} =~ ^\[[0-9]+(,[0-9]+)*\]$ ]] || fail "SEED_SQ must be a list of token counts such as [4096,16384], not '$SEED_SQ'"
+case " $* " in *" seed "*|*" wan "*|*" dense "*) mkdir -p "$(dirname "$db")" ;; esac
+[ -f "$db" ] || case " $* " in *" seed "*|*" wan "*|*" dense "*) ;; *) fail "no tables DB at $db (run a part first)" ;; esac
 kernels=sm90a,sm90a-fp32,cudnn_bsa,fa4,triton
 status=0
 run() { echo "+ $*"; "$bin" run --db "$db" --timing "$timing" "$@" || status=1; }
@@ -43,11 +54,11 @@ for part in "$@"; do
       # each backend, the dense ceiling at the same token count and heads,
       # and sm90a over cuDNN BSA. A row whose check failed has no TFLOPS.
       "$bin" query --db "$db" --format markdown "
-        WITH r AS (SELECT mode, block, H, Sq, density, kernel, tflops, passed, experiment
+        WITH r AS (SELECT mode, layout, block, H, Sq, density, kernel, tflops, passed, experiment
                    FROM result WHERE kernel NOT IN ('invert', 'gemm_bf16', 'config')),
         d AS (SELECT mode, H, Sq, max(tflops) AS dense FROM r WHERE kernel = 'cudnn_dense' AND passed = 1
               GROUP BY mode, H, Sq)
-        SELECT r.mode, r.block, r.H, CASE WHEN r.experiment = 'wan720p' THEN 'Wan 720P' ELSE r.Sq END AS shape,
+        SELECT r.mode, r.layout, r.block, r.H, CASE WHEN r.experiment = 'wan720p' THEN 'Wan 720P' ELSE r.Sq END AS shape,
           r.density,
           round(max(CASE WHEN kernel = 'sm90a' THEN tflops END), 1) AS sm90a,
           round(max(CASE WHEN kernel = 'sm90a-fp32' THEN tflops END), 1) AS sm90a_fp32,
@@ -60,14 +71,13 @@ for part in "$@"; do
             AS sm90a_over_cudnn,
           sum(passed = 0) AS failed
         FROM r WHERE kernel <> 'cudnn_dense'
-        GROUP BY r.mode, r.block, r.H, r.Sq, r.density, r.experiment
-        ORDER BY r.mode, r.block, r.experiment DESC, r.Sq, r.density" || status=1
+        GROUP BY r.mode, r.layout, r.block, r.H, r.Sq, r.density, r.experiment
+        ORDER BY r.mode, r.layout, r.block, r.experiment DESC, r.Sq, r.density" || status=1
       "$bin" query --db "$db" --format markdown "SELECT mode, H, Sq, round(tflops, 1) AS cudnn_dense, passed,
         round(worst_rel_l2, 5) AS worst_rel_l2 FROM result_summary WHERE kernel = 'cudnn_dense' ORDER BY mode, H, Sq" || status=1
       "$bin" query --db "$db" --format markdown "SELECT kernel, count(*) AS rows, sum(passed = 1) AS passed,
         sum(passed = 0) AS failed, sum(passed IS NULL) AS unchecked_or_skipped, round(max(worst_rel_l2), 5) AS worst_rel_l2
         FROM result_summary WHERE kernel NOT IN ('invert', 'gemm_bf16', 'config') GROUP BY kernel" || status=1 ;;
-    *) echo "peer_tables.sh: unknown part '$part' (seed, wan, dense, table)" >&2; exit 2 ;;
   esac
 done
 exit $status

@@ -63,3 +63,27 @@ describe("scripts/peers.sh", function()
     os.execute("rm -rf " .. t)
   end)
 end)
+
+describe("tests/gpu/peer_tables.sh", function()
+  local script = H.root .. "/tests/gpu/peer_tables.sh"
+
+  it("checks every part and SEED_SQ before it runs anything", function()
+    -- A bad last part was found only after the sweeps before it ran
+    -- (minutes of GPU time).
+    local dir = H.tmpdir()
+    for _, c in ipairs{
+      {"seed bogus", "unknown part 'bogus'"},
+      {"table wan x", "unknown part 'x'"},
+      {"seed", "SEED_SQ must be", "SEED_SQ='[abc]' "},
+      {"table", "no tables DB at " .. dir .. "/none.db"},
+    } do
+      local rc, out, err = H.sh("cd " .. dir .. " && " .. (c[3] or "") .. "TABLES_DB=none.db bash " .. script
+        .. " " .. H.exe .. " " .. c[1])
+      assert.equal(2, rc, c[1] .. ": " .. err)
+      assert.truthy(err:find(c[2], 1, true), c[1] .. ": " .. err)
+      assert.equal("", out, c[1])
+    end
+    assert.falsy(io.open(dir .. "/gpu-out"), "a refused call made gpu-out/")
+    os.execute("rm -rf " .. dir)
+  end)
+end)
