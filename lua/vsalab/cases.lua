@@ -750,6 +750,10 @@ function M.run(backend, env)
   local blocks = require "vsalab.blocks"
   local sizes = env.blocks or blocks.sizes
   local lays = env.layouts or {layouts.default}
+  if type(lays) ~= "table" or #lays == 0 then
+    error("cases.run: env.layouts: expected a non-empty list of layouts such as {'bhsd', 'bshd'}, got "
+      .. (type(lays) == "table" and "an empty table" or type(lays) .. " " .. tostring(lays)), 2)
+  end
   local results = {}
   for _, lay in ipairs(lays) do
     layouts.check(lay, "cases.run: env.layouts")

@@ -91,7 +91,7 @@ local function script_help(defaults, sw)
     print("the sweep's axes, with their defaults (-a AXIS=[v1,v2,...] overrides one; any number):")
     for _, line in ipairs(sw.declared) do print("  " .. line) end
   else
-    print("-a AXIS=[v1,v2,...] (any number) overrides an axis of the sweep; a bad one lists the axes")
+    print("(no sweep: this script takes no -a AXIS=[...])")
   end
   io.stdout:flush()
   os.exit(0)
@@ -108,6 +108,9 @@ function M.args(argv, defaults)
     if not k and a:match("^%-%-") then
       usage.error("argument '" .. a .. "': vsalab's options go before the script "
         .. "(vsalab run [options] SCRIPT [key=value ...])")
+    end
+    if not k and a == "-a" and not sw then
+      usage.error("argument '-a': this script has no sweep, so no axis to override (--help lists its arguments)")
     end
     if not k then usage.error("argument '" .. a .. "': expected key=value") end
     if defaults and defaults[k] == nil and not M.common_args[k] then

@@ -34,7 +34,6 @@ end
 
 function M.check(layout, what)
   if layout == nil then return M.default end
-  if type(layout) == "string" then layout = layout:match("^%s*(.-)%s*$") end
   if not known[layout] then
     error(string.format("%s: %s is not supported (supported: %s)", what or "layout",
       type(layout) == "string" and "'" .. layout .. "'" or tostring(layout), M.text()), 0)

@@ -38,7 +38,7 @@ for _, a in ipairs{...} do
   if ly then
     lays = {}
     for w in ly:gmatch("[^,]+") do
-      local ok, why = pcall(require("vsalab.layouts").check, w, "cases.lua: --layouts")
+      local ok, why = pcall(require("vsalab.layouts").check, w:match("^%s*(.-)%s*$"), "cases.lua: --layouts")
       if not ok then usage.error(tostring(why)) end
       lays[#lays + 1] = why
     end

@@ -86,5 +86,8 @@ describe("experiment arguments", function()
     refused("smoke.lua -a density=", "sweep: -a density= gives the axis no values (e.g. -a density=[v1,v2])")
     -- Not an axis: the known arguments, as before.
     refused("wan720p.lua foo=1", "argument 'foo': unknown (known: check_blocks")
+    -- A script with no sweep: its --help offered -a, which then read as
+    -- "expected key=value".
+    refused("invert_bench.lua -a layout=[bshd]", "argument '-a': this script has no sweep")
   end)
 end)
