@@ -200,14 +200,18 @@ function M.run(e)
     end)
     -- Measured: a backward's row (or the inversion's, for a rerun of
     -- one), even when the point was given up on after it.
-    local got = false
+    -- A backend's skipped row (a plug-in or peer that does not take the
+    -- point) is not a measurement: a run of only those must not pass.
+    local got, skip_note = false, nil
     for k = before + 1, #rows do
-      local kernel = rows[k].kernel
-      got = got or (kernel ~= "config" and (kernel ~= "invert" or e.only_kernel == "invert"))
+      local kernel, note = rows[k].kernel, rows[k].note
+      local skip_row = rows[k].passed == nil and type(note) == "string" and note:find("^skipped: ") ~= nil
+      if skip_row then skip_note = skip_note or (kernel .. " " .. note) end
+      got = got or (kernel ~= "config" and not skip_row and (kernel ~= "invert" or e.only_kernel == "invert"))
     end
     if outcome == "done" then done = done + 1
     elseif got then measured = measured + 1
-    elseif ok then skipped.add("no backward ran on " .. device .. " (none available for the point)") end
+    elseif ok then skipped.add(skip_note or ("no backward ran on " .. device .. " (none available for the point)")) end
     if timeout then core.set_point_timeout(0) end
     if not ok then
       -- Out of memory or the point timeout: log the point as skipped and go
