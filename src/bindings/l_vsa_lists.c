@@ -107,6 +107,26 @@ host_copy(lua_State *L, vsa_tensor *t)
   return h;
 }
 
+/* t (bf16 [B, S, H, D] on any device) as a host tensor [B, H, S, D], pushed
+ * on the stack: the list builders index BHSD, and they are not timed. */
+static vsa_tensor *
+host_bhsd_of_bshd(lua_State *L, vsa_tensor *t)
+{
+  vsa_tensor *h = host_copy(L, t);
+  int64_t B = t->shape[0], S = t->shape[1], H = t->shape[2], D = t->shape[3];
+  int64_t sh[4] = {B, H, S, D};
+  vsa_tensor *o = vsa_lua_newtensor(L, VSA_BF16, VSA_CPU, 4, sh);
+  const uint16_t *src = vsa_tensor_data(h);
+  uint16_t *dst = vsa_tensor_data(o);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t hh = 0; hh < H; hh++)
+        memcpy(dst + ((b * H + hh) * S + s) * D, src + ((b * S + s) * H + hh) * D,
+               (size_t)D * sizeof *dst);
+  if (h != t) vsa_tensor_release(h);
+  return o;
+}
+
 // ----------------------------------------------------------------------------
 // bindings
 
@@ -172,32 +192,37 @@ vbs_field(lua_State *L, int idx, const char *name, int64_t n)
 
 /* vsalab.vsa_topk{q=, k=, topk= | density=, width=topk, block=64,
  *   latent={T,H,W} (tile=) | variable_block_sizes=, q_variable_block_sizes=,
- *   threads=} -> q2k_idx [B,H,nq,width] i32, q2k_num [B,H,nq] i32, topk, on
- *   q's device: FastVideo's selection (vsa_build_vsa_topk in
- *   src/core/vsa_lists.h), nq = Sq/block, nkv = Skv/block. block defaults
- *   to the tile's volume when a tile is given. Rows with an empty (vbs = 0)
- *   block keep fewer than topk (see vsa_build_vsa_topk). */
+ *   layout='bhsd', threads=} -> q2k_idx [B,H,nq,width] i32, q2k_num [B,H,nq]
+ *   i32, topk, on q's device: FastVideo's selection (vsa_build_vsa_topk in
+ *   src/core/vsa_lists.h), nq = Sq/block, nkv = Skv/block. q and k are
+ *   [B,H,S,D] or, with layout='bshd', [B,S,H,D] (the lists are [B,H,...]
+ *   either way). block defaults to the tile's volume when a tile is given.
+ *   Rows with an empty (vbs = 0) block keep fewer than topk (see
+ *   vsa_build_vsa_topk). */
 static int
 l_vsa_topk(lua_State *L)
 {
   static const char *const keys[] = {"q", "k", "topk", "density", "width", "latent", "tile", "block",
                                      "variable_block_sizes", "q_variable_block_sizes",
-                                     "threads", NULL};
+                                     "layout", "threads", NULL};
   luaL_checktype(L, 1, LUA_TTABLE);
   vsa_arg_check_keys(L, 1, "vsa_topk", keys);
   lua_settop(L, 1);
   luaL_checkstack(L, 40, "vsa_topk");
+  int layout = vsa_arg_layout(L, 1);
   lua_getfield(L, 1, "q");
   vsa_tensor *q = vsa_lua_checkarg(L, 2, "q", VSA_BF16, 4);
   lua_getfield(L, 1, "k");
   vsa_tensor *k = vsa_lua_checkarg(L, 3, "k", VSA_BF16, 4);
   vsa_arg_device(L, k, "k", q->device, "q");
-  int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], Skv = k->shape[2],
+  const int sd = vsa_arg_seq_dim(layout);
+  int64_t B = q->shape[0], H = q->shape[3 - sd], Sq = q->shape[sd], Skv = k->shape[sd],
           D = q->shape[3];
-  if (k->shape[0] != B || k->shape[1] != H || k->shape[3] != D) {
-    int64_t want[4] = {B, H, Skv, D};
-    vsa_arg_shape(L, k, "k", 4, want);
-  }
+  /* k's token count from its size where it divides: a k in the other
+   * layout is then told the shape it should have had. */
+  int64_t kn = k->shape[0] * k->shape[1] * k->shape[2] * k->shape[3];
+  if (B * H * D > 0 && kn % (B * H * D) == 0) Skv = kn / (B * H * D);
+  vsa_arg_token_shape(L, k, "k", layout, "Skv", B, H, Skv, D);
   int block = block_arg(L, 1, "vsa_topk");
   if (Sq < block || Sq % block || Skv < block || Skv % block)
     return vsa_lua_errorf(L, "vsa_topk: sequence lengths (q %lld, k %lld) must be positive "
@@ -263,8 +288,8 @@ l_vsa_topk(lua_State *L)
     kv_vbs = p;
   }
 
-  vsa_tensor *hq = host_copy(L, q);
-  vsa_tensor *hk = host_copy(L, k);
+  vsa_tensor *hq = layout == VSA_BSHD ? host_bhsd_of_bshd(L, q) : host_copy(L, q);
+  vsa_tensor *hk = layout == VSA_BSHD ? host_bhsd_of_bshd(L, k) : host_copy(L, k);
   int64_t si[4] = {B, H, nq, width}, sn[3] = {B, H, nq};
   vsa_tensor *idx = vsa_lua_newtensor(L, VSA_I32, VSA_CPU, 4, si);
   int idx_at = lua_gettop(L);

@@ -301,6 +301,22 @@ describe("vsa_topk", function()
       tile = {4, 4, 4}, block = 128}):match("volume 64, not the block size 128"))
   end)
 
+  it("takes [B,S,H,D] q and k with layout='bshd': the lists of the [B,H,S,D] ones", function()
+    local T, Hh, W, D = 5, 6, 7, 16
+    local q = vsalab.empty({2, 3, 8 * 64, D}, {dtype = "bf16"}):fill_randn{seed = H.seed()}
+    local k = vsalab.empty({2, 3, 8 * 64, D}, {dtype = "bf16"}):fill_randn{seed = H.seed()}
+    local want_i, want_n = vsalab.vsa_topk{q = q, k = k, topk = 3, latent = {T, Hh, W}}
+    local qs, ks = q:transpose(2, 3):contiguous(), k:transpose(2, 3):contiguous()
+    local got_i, got_n = vsalab.vsa_topk{q = qs, k = ks, topk = 3, latent = {T, Hh, W}, layout = "bshd"}
+    assert.same(want_i:to_table(), got_i:to_table())
+    assert.same(want_n:to_table(), got_n:to_table())
+    -- k in the other layout is named, with both shapes.
+    local e = H.err(vsalab.vsa_topk, {q = qs, k = k, topk = 3, latent = {T, Hh, W}, layout = "bshd"})
+    assert.truthy(e:find("k: shape [2,3,512,16] does not match layout bshd [B,Skv,H,D] = [2,512,3,16]", 1, true), e)
+    e = H.err(vsalab.vsa_topk, {q = q, k = k, topk = 3, latent = {T, Hh, W}, layout = "sbhd"})
+    assert.truthy(e:find("layout: 'sbhd' is not supported", 1, true), e)
+  end)
+
   it("breaks score ties toward the lower kv index (Sq != Skv, given sizes)", function()
     -- Inputs in {-1, 0, 1}: many equal scores.
     local nq, nkv, D = 3, 10, 4
@@ -328,7 +344,7 @@ describe("vsa_topk", function()
     local k = q:clone()
     local lat = {5, 6, 7}
     assert.truthy(H.err(vsalab.vsa_topk, {k = k, topk = 2}):match("^q: expected a tensor"))
-    assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k:narrow(2, 1, 1):contiguous(), topk = 2}):match("^k: expected shape"))
+    assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k:narrow(2, 1, 1):contiguous(), topk = 2}):match("^k: shape %[1,1,512,16%] does not match layout bhsd"))
     assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k, topk = 2, density = 0.5}):match("not both"))
     assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k}):match("'density'"))
     assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k, topk = 9}):match("'topk'"))
