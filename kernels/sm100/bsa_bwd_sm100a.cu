@@ -62,6 +62,7 @@
 #include "../common/bwd_prep.h"
 #include "../kernels.h"
 #include "bsa_bwd_b128.h"
+#include "bwd_items.cuh"
 #include "tcgen05.cuh"
 
 #ifdef VSA_TCGEN05_EMU
@@ -156,74 +157,15 @@ desc(uint32_t addr, uint32_t lbo)
 }
 
 /* An item's list: the entries in [lo, hi) of (bh, j)'s k2q row. */
-struct item_list {
-  const int32_t *list;
-  int cnt, lo, hi;
-  __device__ __forceinline__ int next(int e) const
-  {
-    for (; e < cnt; e++) {
-      int i = __ldg(list + e);
-      if (i >= lo && i < hi) return e;
-    }
-    return cnt;
-  }
-};
-
-struct item {
-  int64_t bh;
-  int j, c, valid; // valid: entries in the chunk (the step count is (valid+1)/2)
-  item_list l;
-};
-
-__device__ __forceinline__ item
-decode_item(const params &p, int64_t ticket, int valid)
-{
-  const int64_t per_group = (int64_t)p.chunks * p.group_items;
-  const int64_t g = ticket / per_group, rem = ticket % per_group;
-  const int c = (int)(rem / p.group_items), x = (int)(rem % p.group_items);
-  const int64_t slot = g * p.group_items + x;
-  const int64_t it = p.order ? __ldg(p.order + slot) : slot;
-  item r;
-  r.bh = it / p.nkv;
-  r.j = (int)(it % p.nkv);
-  r.c = c;
-  r.valid = valid;
-  r.l.list = p.k2q_idx + (r.bh * p.nkv + r.j) * (int64_t)p.k2q_width;
-  r.l.cnt = min(max(__ldg(p.k2q_num + r.bh * p.nkv + r.j), 0), p.k2q_width);
-  r.l.lo = max(c * p.q_chunk, 0);
-  r.l.hi = min(p.nq, r.l.lo + p.q_chunk);
-  return r;
-}
-
-/* Producer warp: entries of the item's list in its chunk (warp-wide count). */
-__device__ __forceinline__ int
-count_valid(const item_list &l)
-{
-  int n = 0;
-  for (int e0 = 0; e0 < l.cnt; e0 += 32) {
-    const int e = e0 + (threadIdx.x & 31);
-    bool ok = false;
-    if (e < l.cnt) {
-      int i = __ldg(l.list + e);
-      ok = i >= l.lo && i < l.hi;
-    }
-    n += __popc(__ballot_sync(0xffffffffu, ok));
-  }
-  return n;
-}
+using sm100bwd::count_valid;
+using sm100bwd::decode_item;
+using sm100bwd::item;
 
 /* A reader's copy of the scheduler's k-th item (a whole warp calls it). */
 __device__ __forceinline__ bool
 read_item(const params &p, uint32_t base, uint32_t k, item &it)
 {
-  const int s = k & 1;
-  mbar_wait(bar_addr(base, B_SCHED_FULL + s), ph(k >> 1));
-  const int64_t v = *(reinterpret_cast<volatile int64_t *>(p.sched) + 2 * blockIdx.x + s);
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) mbar_arrive(bar_addr(base, B_SCHED_EMPTY + s));
-  if (v < 0) return false;
-  it = decode_item(p, v >> 24, (int)(v & 0xFFFFFF));
-  return true;
+  return sm100bwd::read_sched_item(p, base + OFF_BAR, B_SCHED_FULL, B_SCHED_EMPTY, k, it);
 }
 
 // ----------------------------------------------------------------------------
