@@ -1,4 +1,4 @@
-/* vsalab_plugin.h — the C ABI of a vsalab plug-in backward (ABI version 1).
+/* vsalab_plugin.h — the C ABI of a vsalab plug-in backward (ABI version 2).
  *
  * A plug-in is a shared library that vsalab dlopens at run time:
  *
@@ -15,8 +15,12 @@
  *
  * A library exports:
  *   1. once, `vsalab_plugin_abi`: write VSALAB_PLUGIN_DEFINE(devices, flags)
- *      in one source file. vsalab refuses a library without it, or built
- *      against another ABI version (the message names both versions).
+ *      in one source file (block size 64 and the BHSD layout only), or
+ *      VSALAB_PLUGIN_DEFINE_SHAPES(devices, flags, blocks, layouts) for the
+ *      block sizes and token layouts the library takes. vsalab refuses a
+ *      library without it, or built against an ABI version it does not
+ *      speak (the message names both); it speaks versions 1 and 2, and gives
+ *      a version-1 library block 64 and BHSD only.
  *   2. one or more backward functions of type vsalab_plugin_backward_fn,
  *      with C linkage and default visibility, under any name (`symbol`).
  *
@@ -26,17 +30,25 @@
  *     CPU, and then every `data` is a HOST pointer; otherwise it is the CUDA
  *     ordinal and every `data` is a DEVICE pointer on that GPU, the current
  *     device at the call.
- *   - Inputs (read only): q, o, dO [B,H,Sq,D] bf16; k, v [B,H,Skv,D] bf16;
- *     lse [B,H,Sq] f32 in Triton's base-2 "M format" (vsalab docs/lua-api.md,
- *     "Conventions"); variable_block_sizes [nkv] i32 in [0, 64]: key t of kv
- *     block j is valid iff t mod 64 < vbs[j]; q2k_idx [B,H,nq,nkv] i32 and
+ *   - args->block: tokens per q block and per kv block (64 or 128, one the
+ *     library declared); args->layout: the token layout of q, k, v, o, dO,
+ *     dq, dk, dv, VSALAB_PLUGIN_BHSD ([B,H,S,D], the default) or
+ *     VSALAB_PLUGIN_BSHD ([B,S,H,D], FastVideo's and cuDNN's order), one the
+ *     library declared. Either way every tensor is contiguous; its shape and
+ *     strides say the same.
+ *   - Inputs (read only): q, o, dO [B,H,Sq,D] bf16 (or [B,Sq,H,D]); k, v
+ *     [B,H,Skv,D] bf16 (or [B,Skv,H,D]); lse [B,H,Sq] f32 in Triton's
+ *     base-2 "M format" (vsalab docs/lua-api.md, "Conventions") in either
+ *     layout; variable_block_sizes [nkv] i32 in [0, block]: key t of kv
+ *     block j is valid iff t mod block < vbs[j]; q2k_idx [B,H,nq,nkv] i32 and
  *     q2k_num [B,H,nq] i32; k2q_idx [B,H,nkv,nq] i32 and k2q_num [B,H,nkv]
- *     i32. nq = Sq/64, nkv = Skv/64, block size 64, 0-based block ids.
+ *     i32. nq = Sq/block, nkv = Skv/block, 0-based block ids.
  *     The lists are canonical: validated by vsalab, each row ascending with
  *     no repeats, the same selected pairs in both (q2k is the transpose of
  *     k2q); entries past a row's count are -1. A row or column selected by
  *     nothing has count 0.
- *   - Outputs (write every element): dq [B,H,Sq,D], dk, dv [B,H,Skv,D], bf16.
+ *   - Outputs (write every element): dq [B,H,Sq,D], dk, dv [B,H,Skv,D], bf16
+ *     (in args->layout, as q and k).
  *     vsalab fills them with NaN before a checked call, so an element the
  *     plug-in misses fails the check. dq and dk include sm_scale. A kv block
  *     nothing selects must get dk = dv = 0; a q row with no valid key dq = 0.
@@ -75,9 +87,16 @@
  * Devices (VSALAB_PLUGIN_DEFINE's first argument): VSALAB_PLUGIN_CPU and/or
  * VSALAB_PLUGIN_CUDA: vsalab never calls the plug-in with tensors elsewhere.
  *
+ * Block sizes and layouts (VSALAB_PLUGIN_DEFINE_SHAPES's last two
+ * arguments): VSALAB_PLUGIN_BLOCK_64 and/or VSALAB_PLUGIN_BLOCK_128, and
+ * VSALAB_PLUGIN_LAYOUT_BHSD and/or VSALAB_PLUGIN_LAYOUT_BSHD: vsalab skips
+ * the points a library does not take, with a row saying why.
+ *
  * Versioning: VSALAB_PLUGIN_ABI_VERSION changes whenever a struct layout or
  * the meaning of a field changes; fields are only ever appended, and
- * args->struct_size tells a plug-in how much of the struct exists.
+ * args->struct_size tells a plug-in how much of the struct exists. Version
+ * 2 appended args->block and args->layout and the info's blocks and
+ * layouts.
  */
 #ifndef VSALAB_PLUGIN_H
 #define VSALAB_PLUGIN_H
@@ -89,7 +108,7 @@
 extern "C" {
 #endif
 
-#define VSALAB_PLUGIN_ABI_VERSION 1
+#define VSALAB_PLUGIN_ABI_VERSION 2
 
 /* dtypes of vsalab_plugin_tensor (bf16 is stored as uint16_t). */
 enum {
@@ -105,6 +124,15 @@ enum {
 #define VSALAB_PLUGIN_CUDA 2u
 /* Library flags. */
 #define VSALAB_PLUGIN_CAPTURABLE 1u
+
+/* Block sizes a library takes (bit set). */
+#define VSALAB_PLUGIN_BLOCK_64 1u
+#define VSALAB_PLUGIN_BLOCK_128 2u
+
+/* Token layouts a library takes (bit set), and args->layout's values. */
+#define VSALAB_PLUGIN_LAYOUT_BHSD 1u
+#define VSALAB_PLUGIN_LAYOUT_BSHD 2u
+enum { VSALAB_PLUGIN_BHSD = 0, VSALAB_PLUGIN_BSHD = 1 };
 
 /* Error codes a backward may return (any non-zero value is an error). */
 enum {
@@ -136,6 +164,9 @@ typedef struct {
   vsalab_plugin_tensor dq, dk, dv;
   void *stream;    /* cudaStream_t on CUDA, NULL on the CPU */
   void *user_data; /* vsalab.backends.load{user_data=}, else NULL */
+  /* version 2 */
+  int32_t block;   /* tokens per block: 64 or 128 */
+  int32_t layout;  /* VSALAB_PLUGIN_BHSD or VSALAB_PLUGIN_BSHD */
 } vsalab_plugin_args;
 
 /* A backward: 0 on success, else an error code and a message in err. */
@@ -147,6 +178,9 @@ typedef struct {
   uint32_t abi_version; /* VSALAB_PLUGIN_ABI_VERSION the library was built with */
   uint32_t devices;     /* VSALAB_PLUGIN_CPU | VSALAB_PLUGIN_CUDA */
   uint32_t flags;       /* VSALAB_PLUGIN_CAPTURABLE */
+  /* version 2 */
+  uint32_t blocks;      /* VSALAB_PLUGIN_BLOCK_64 | VSALAB_PLUGIN_BLOCK_128 */
+  uint32_t layouts;     /* VSALAB_PLUGIN_LAYOUT_BHSD | VSALAB_PLUGIN_LAYOUT_BSHD */
 } vsalab_plugin_info;
 
 #if defined(_WIN32)
@@ -161,15 +195,20 @@ typedef struct {
 #define VSALAB_PLUGIN_EXTERN_C
 #endif
 
-/* Put once in a plug-in source file. */
-#define VSALAB_PLUGIN_DEFINE(devices_, flags_)                                 \
+/* Put one of these once in a plug-in source file. */
+#define VSALAB_PLUGIN_DEFINE_SHAPES(devices_, flags_, blocks_, layouts_)        \
   VSALAB_PLUGIN_EXTERN_C VSALAB_PLUGIN_EXPORT const vsalab_plugin_info *       \
   vsalab_plugin_abi(void)                                                      \
   {                                                                            \
     static const vsalab_plugin_info info = {VSALAB_PLUGIN_ABI_VERSION,         \
-                                            (devices_), (flags_)};             \
+                                            (devices_), (flags_), (blocks_),   \
+                                            (layouts_)};                       \
     return &info;                                                              \
   }
+/* Block size 64 and BHSD only (what every version-1 library takes). */
+#define VSALAB_PLUGIN_DEFINE(devices_, flags_)                                 \
+  VSALAB_PLUGIN_DEFINE_SHAPES((devices_), (flags_), VSALAB_PLUGIN_BLOCK_64,    \
+                              VSALAB_PLUGIN_LAYOUT_BHSD)
 
 /* The name vsalab looks up for the library's info. */
 #define VSALAB_PLUGIN_ABI_SYMBOL "vsalab_plugin_abi"

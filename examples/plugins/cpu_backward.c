@@ -25,7 +25,10 @@
  *                             (the timed calls: the tests prove those are
  *                             checked too)
  * Pointers are host pointers: the library declares VSALAB_PLUGIN_CPU only,
- * so vsalab never hands it CUDA tensors.
+ * so vsalab never hands it CUDA tensors. It takes both block sizes and both
+ * token layouts (VSALAB_PLUGIN_DEFINE_SHAPES): rows are found through the
+ * tensors' strides, so [B,H,S,D] and [B,S,H,D] differ only in which
+ * stride steps the head and which the token.
  */
 #include <math.h>
 #include <stdint.h>
@@ -35,7 +38,17 @@
 
 #include "vsalab_plugin.h"
 
-VSALAB_PLUGIN_DEFINE(VSALAB_PLUGIN_CPU, 0)
+VSALAB_PLUGIN_DEFINE_SHAPES(VSALAB_PLUGIN_CPU, 0, VSALAB_PLUGIN_BLOCK_64 | VSALAB_PLUGIN_BLOCK_128,
+                            VSALAB_PLUGIN_LAYOUT_BHSD | VSALAB_PLUGIN_LAYOUT_BSHD)
+
+/* Element offset of token t of head h of batch b in x, one of q, k, v, o,
+ * dO, dq, dk, dv: [B,H,S,D] or, in BSHD, [B,S,H,D]. */
+static int64_t
+row(const vsalab_plugin_args *a, const vsalab_plugin_tensor *x, int64_t b, int64_t h, int64_t t)
+{
+  if (a->layout == VSALAB_PLUGIN_BSHD) return b * x->stride[0] + t * x->stride[1] + h * x->stride[2];
+  return b * x->stride[0] + h * x->stride[1] + t * x->stride[2];
+}
 
 static float
 bf16_to_f32(uint16_t h)
@@ -64,7 +77,7 @@ backward(const vsalab_plugin_args *a, char *err, size_t err_len, float dk_scale)
              VSALAB_PLUGIN_ABI_VERSION, a->abi_version, a->device);
     return VSALAB_PLUGIN_E_UNSUPPORTED;
   }
-  const int64_t Sq = a->Sq, Skv = a->Skv, D = a->D, nq = a->nq, nkv = a->nkv;
+  const int64_t Sq = a->Sq, Skv = a->Skv, D = a->D, nq = a->nq, nkv = a->nkv, bs = a->block;
   const int64_t qw = a->q2k_idx.shape[3]; /* list width */
   const float c = a->sm_scale * 1.4426950408889634f; /* scale * log2(e) */
   float *dq = calloc((size_t)(Sq * D), 4), *dk = calloc((size_t)(Skv * D), 4);
@@ -76,12 +89,10 @@ backward(const vsalab_plugin_args *a, char *err, size_t err_len, float dk_scale)
     return VSALAB_PLUGIN_E_INTERNAL;
   }
   const int32_t *vbs = a->variable_block_sizes.data;
+  /* Row t of head (b, h) of tensor x, as a bf16 pointer. */
+#define ROW(x, t) ((uint16_t *)a->x.data + row(a, &a->x, b, h, (t)))
   for (int64_t bh = 0; bh < (int64_t)a->B * a->H; bh++) {
-    const uint16_t *q = (const uint16_t *)a->q.data + bh * Sq * D;
-    const uint16_t *o = (const uint16_t *)a->o.data + bh * Sq * D;
-    const uint16_t *dO = (const uint16_t *)a->dO.data + bh * Sq * D;
-    const uint16_t *k = (const uint16_t *)a->k.data + bh * Skv * D;
-    const uint16_t *v = (const uint16_t *)a->v.data + bh * Skv * D;
+    const int64_t b = bh / a->H, h = bh % a->H;
     const float *lse = (const float *)a->lse.data + bh * Sq;
     const int32_t *idx = (const int32_t *)a->q2k_idx.data + bh * nq * qw;
     const int32_t *num = (const int32_t *)a->q2k_num.data + bh * nq;
@@ -90,46 +101,49 @@ backward(const vsalab_plugin_args *a, char *err, size_t err_len, float dk_scale)
     memset(dv, 0, (size_t)(Skv * D) * 4);
     for (int64_t i = 0; i < Sq; i++) {
       float s = 0;
-      for (int64_t d = 0; d < D; d++) s += bf16_to_f32(dO[i * D + d]) * bf16_to_f32(o[i * D + d]);
+      const uint16_t *dOi = ROW(dO, i), *oi = ROW(o, i);
+      for (int64_t d = 0; d < D; d++) s += bf16_to_f32(dOi[d]) * bf16_to_f32(oi[d]);
       delta[i] = s;
     }
     for (int64_t qb = 0; qb < nq; qb++) {
       for (int32_t e = 0; e < num[qb]; e++) {
         int32_t kb = idx[qb * qw + e];
         if (kb < 0 || kb >= nkv) continue; /* never happens with canonical lists */
-        int valid = vbs[kb] < 0 ? 0 : vbs[kb] > 64 ? 64 : vbs[kb];
-        for (int64_t i = qb * 64; i < qb * 64 + 64; i++) {
+        int valid = vbs[kb] < 0 ? 0 : vbs[kb] > bs ? (int)bs : vbs[kb];
+        for (int64_t i = qb * bs; i < qb * bs + bs; i++) {
+          const uint16_t *qr = ROW(q, i), *dOr = ROW(dO, i);
           for (int64_t d = 0; d < D; d++) {
-            qi[d] = bf16_to_f32(q[i * D + d]);
-            doi[d] = bf16_to_f32(dO[i * D + d]);
+            qi[d] = bf16_to_f32(qr[d]);
+            doi[d] = bf16_to_f32(dOr[d]);
           }
           for (int t = 0; t < valid; t++) {
-            int64_t j = (int64_t)kb * 64 + t;
+            int64_t j = (int64_t)kb * bs + t;
+            const uint16_t *kj = ROW(k, j), *vj = ROW(v, j);
             float s = 0, dp = 0;
             for (int64_t d = 0; d < D; d++) {
-              s += qi[d] * bf16_to_f32(k[j * D + d]);
-              dp += doi[d] * bf16_to_f32(v[j * D + d]);
+              s += qi[d] * bf16_to_f32(kj[d]);
+              dp += doi[d] * bf16_to_f32(vj[d]);
             }
             float p = exp2f(s * c - lse[i]);
             float ds = p * (dp - delta[i]);
             for (int64_t d = 0; d < D; d++) {
               dv[j * D + d] += p * doi[d];
               dk[j * D + d] += ds * qi[d] * dk_scale;
-              dq[i * D + d] += ds * bf16_to_f32(k[j * D + d]) * a->sm_scale;
+              dq[i * D + d] += ds * bf16_to_f32(kj[d]) * a->sm_scale;
             }
           }
         }
       }
     }
-    uint16_t *oq = (uint16_t *)a->dq.data + bh * Sq * D;
-    uint16_t *ok = (uint16_t *)a->dk.data + bh * Skv * D;
-    uint16_t *ov = (uint16_t *)a->dv.data + bh * Skv * D;
-    for (int64_t x = 0; x < Sq * D; x++) oq[x] = f32_to_bf16(dq[x]);
-    for (int64_t x = 0; x < Skv * D; x++) {
-      ok[x] = f32_to_bf16(dk[x]);
-      ov[x] = f32_to_bf16(dv[x]);
-    }
+    for (int64_t i = 0; i < Sq; i++)
+      for (int64_t d = 0; d < D; d++) ROW(dq, i)[d] = f32_to_bf16(dq[i * D + d]);
+    for (int64_t j = 0; j < Skv; j++)
+      for (int64_t d = 0; d < D; d++) {
+        ROW(dk, j)[d] = f32_to_bf16(dk[j * D + d]);
+        ROW(dv, j)[d] = f32_to_bf16(dv[j * D + d]);
+      }
   }
+#undef ROW
   free(dq), free(dk), free(dv), free(delta), free(qi), free(doi);
   return 0;
 }

@@ -94,14 +94,22 @@ local function canonical(p)
   return qi, qn, ki, kn
 end
 
--- vbs must lie in [0, 64]: the plug-in indexes keys by it.
+-- vbs must lie in [0, block]: the plug-in indexes keys by it.
 local function check_vbs(p)
   local v = p.vbs:to("cpu"):to_table()
+  local block = p.block or 64
   for j, x in ipairs(v) do
-    if x < 0 or x > 64 then
-      error(string.format("variable_block_sizes: entry %d is %d, expected [0, 64]", j - 1, x), 0)
+    if x < 0 or x > block then
+      error(string.format("variable_block_sizes: entry %d is %d, expected [0, %d]", j - 1, x, block), 0)
     end
   end
+end
+
+-- "64, 128" from a list.
+local function listed(t)
+  local words = {}
+  for i, x in ipairs(t) do words[i] = tostring(x) end
+  return table.concat(words, ", ")
 end
 
 function M.load(o)
@@ -128,12 +136,15 @@ function M.load(o)
   if taken then error("backends.load: field 'name': " .. taken, 2) end
   local pl = core.plugin_open(o.path, symbol, name)
   local info = pl:info()
+  local takes_block, takes_layout = {}, {}
+  for _, b in ipairs(info.blocks) do takes_block[b] = true end
+  for _, l in ipairs(info.layouts) do takes_layout[l] = true end
   local backends = require "vsalab.backends"
   local b = {
     name = name,
-    description = o.description or string.format("plug-in %s:%s (ABI %d%s%s%s)", o.path, symbol,
-      info.abi_version, info.cpu and ", cpu" or "", info.cuda and ", cuda" or "",
-      info.capturable and ", capturable" or ""),
+    description = o.description or string.format("plug-in %s:%s (ABI %d%s%s%s; blocks %s; %s)", o.path,
+      symbol, info.abi_version, info.cpu and ", cpu" or "", info.cuda and ", cuda" or "",
+      info.capturable and ", capturable" or "", listed(info.blocks), listed(info.layouts)),
     plugin = pl,
     -- A plug-in that may allocate or synchronise is neither captured nor
     -- timed on a held stream.
@@ -143,15 +154,15 @@ function M.load(o)
       sha256 = M.file_sha256(o.path)},
     bench_opts = o.bench_opts or backends.kernel_bench_opts,
     supported = function(device, p)
-      -- The plug-in ABI (include/vsalab_plugin.h) has no block size yet.
-      if p and p.block and p.block ~= 64 then
-        return false, "block " .. tostring(p.block) .. ": not supported by this kernel (plug-ins take 64)"
+      -- The block sizes and layouts the library declared (ABI version 1:
+      -- 64 and bhsd); the others get a skipped row.
+      if p and p.block and not takes_block[p.block] then
+        return false, string.format("block %s: not supported by this kernel (the plug-in takes %s)",
+          tostring(p.block), listed(info.blocks))
       end
-      -- ABI version 1 promises contiguous [B,H,S,D] tensors: a bshd tensor
-      -- passed as a strided view would be read wrongly by every plug-in
-      -- that trusts that promise.
-      if p and p.layout and p.layout ~= "bhsd" then
-        return false, "layout " .. tostring(p.layout) .. ": not supported by this kernel (plug-ins take bhsd)"
+      if p and p.layout and not takes_layout[p.layout] then
+        return false, string.format("layout %s: not supported by this kernel (the plug-in takes %s)",
+          tostring(p.layout), listed(info.layouts))
       end
       if device == "cpu" and not info.cpu then return false, name .. " is a CUDA plug-in" end
       if device ~= "cpu" and not info.cuda then return false, name .. " is a CPU plug-in" end
@@ -167,7 +178,8 @@ function M.load(o)
     local dq, bq, nq = guarded(p.q.shape, dev)
     local dk, bk, nk = guarded(p.k.shape, dev)
     local dv, bv = guarded(p.k.shape, dev)
-    pl:backward(p.dO, p.q, p.k, p.v, p.o, p.lse, qi, qn, ki, kn, p.vbs, dq, dk, dv, p.sm_scale, ud)
+    pl:backward(p.dO, p.q, p.k, p.v, p.o, p.lse, qi, qn, ki, kn, p.vbs, dq, dk, dv, p.sm_scale, ud,
+      p.layout)
     for _, t in ipairs{qi, qn, ki, kn} do t:free() end
     check_guards(name, "dq", bq, nq)
     check_guards(name, "dk", bk, nk)
@@ -178,7 +190,7 @@ function M.load(o)
     local qi, qn, ki, kn = canonical(p)
     return function()
       pl:backward(p.dO, p.q, p.k, p.v, p.o, p.lse, qi, qn, ki, kn, p.vbs, outs.dq, outs.dk,
-        outs.dv, p.sm_scale, ud)
+        outs.dv, p.sm_scale, ud, p.layout)
     end
   end
   -- After the timed calls (vsalab.experiment): the zones around outs (the

@@ -179,7 +179,14 @@ function M.main(argv)
         FROM run r ORDER BY r.id DESC LIMIT ?]], tonumber(o.limit or 50))
     end
     -- args: the script's arguments as they were typed, one line (the
-    -- column holds them as a JSON list; json and csv keep that text).
+    -- column holds them as a JSON list: json gives that list, as `show`
+    -- does, and csv keeps its text).
+    if o.format == "json" then
+      for _, r in ipairs(rows) do
+        local okj, list = pcall(json.decode, r.args or "[]")
+        if okj and type(list) == "table" then r.args = list end
+      end
+    end
     if o.format == "table" or o.format == "markdown" then
       for _, r in ipairs(rows) do
         local okj, list = pcall(json.decode, r.args or "[]")

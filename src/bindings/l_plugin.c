@@ -4,20 +4,25 @@
  * lists, allocates and poisons the outputs and registers the backend.
  *
  *   vsalab.plugin_open(path, symbol [, name]) -> plugin (raises: missing file,
- *     missing symbol, no vsalab_plugin_abi, ABI version mismatch)
- *   plugin:info() -> {abi_version=, cpu=, cuda=, capturable=, path=, symbol=}
+ *     missing symbol, no vsalab_plugin_abi, an ABI version other than 1 or 2)
+ *   plugin:info() -> {abi_version=, cpu=, cuda=, capturable=, blocks={64,...},
+ *     layouts={'bhsd',...}, path=, symbol=} (version 1: {64}, {'bhsd'})
  *   plugin:backward(dO, q, k, v, o, lse, q2k_idx, q2k_num, k2q_idx, k2q_num,
- *     vbs, dq, dk, dv, sm_scale [, user_data]) -> nothing; a plug-in error
- *     raises "backend <name> failed: <message> (code N)".
+ *     vbs, dq, dk, dv, sm_scale [, user_data [, layout='bhsd']]) -> nothing;
+ *     the block size is Skv / #vbs; a block size or layout the library did
+ *     not declare raises; a plug-in error raises "backend <name> failed:
+ *     <message> (code N)".
  * Libraries are never dlclosed: a plug-in may have registered CUDA kernels
  * or atexit handlers that must outlive the Lua object.
  */
 #include <dlfcn.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bsa.h"
 #include "device.h"
 #include "l_args.h"
 #include "l_tensor.h"
@@ -57,10 +62,23 @@ l_plugin_open(lua_State *L)
                           path, VSALAB_PLUGIN_ABI_SYMBOL);
   const vsalab_plugin_info *info = abi();
   if (!info) return vsa_lua_errorf(L, "plugin: %s() of '%s' returned NULL", VSALAB_PLUGIN_ABI_SYMBOL, path);
-  if (info->abi_version != VSALAB_PLUGIN_ABI_VERSION)
+  if (info->abi_version != 1 && info->abi_version != VSALAB_PLUGIN_ABI_VERSION)
     return vsa_lua_errorf(L, "plugin: '%s' was built for plug-in ABI version %u, this vsalab "
-                             "speaks version %d: rebuild it against this include/vsalab_plugin.h",
+                             "speaks versions 1 and %d: rebuild it against this include/vsalab_plugin.h",
                           path, info->abi_version, VSALAB_PLUGIN_ABI_VERSION);
+  /* Version 1's info ends at flags: block 64 and BHSD, what it promised. */
+  vsalab_plugin_info got = {info->abi_version, info->devices, info->flags,
+                            VSALAB_PLUGIN_BLOCK_64, VSALAB_PLUGIN_LAYOUT_BHSD};
+  if (info->abi_version >= 2) {
+    got.blocks = info->blocks;
+    got.layouts = info->layouts;
+    if (!(got.blocks & (VSALAB_PLUGIN_BLOCK_64 | VSALAB_PLUGIN_BLOCK_128)))
+      return vsa_lua_errorf(L, "plugin: '%s' declares no block size (VSALAB_PLUGIN_BLOCK_64, "
+                               "VSALAB_PLUGIN_BLOCK_128)", path);
+    if (!(got.layouts & (VSALAB_PLUGIN_LAYOUT_BHSD | VSALAB_PLUGIN_LAYOUT_BSHD)))
+      return vsa_lua_errorf(L, "plugin: '%s' declares no layout (VSALAB_PLUGIN_LAYOUT_BHSD, "
+                               "VSALAB_PLUGIN_LAYOUT_BSHD)", path);
+  }
   if (!(info->devices & (VSALAB_PLUGIN_CPU | VSALAB_PLUGIN_CUDA)))
     return vsa_lua_errorf(L, "plugin: '%s' declares no device (VSALAB_PLUGIN_CPU, VSALAB_PLUGIN_CUDA)", path);
   dlerror();
@@ -71,7 +89,7 @@ l_plugin_open(lua_State *L)
   vsa_plugin *p = lua_newuserdata(L, sizeof *p);
   memset(p, 0, sizeof *p);
   p->fn = (vsalab_plugin_backward_fn)f;
-  p->info = *info;
+  p->info = got;
   snprintf(p->path, sizeof p->path, "%s", path);
   snprintf(p->symbol, sizeof p->symbol, "%s", symbol);
   snprintf(p->name, sizeof p->name, "%s", name);
@@ -99,6 +117,16 @@ l_plugin_info(lua_State *L)
   lua_setfield(L, -2, "cuda");
   lua_pushboolean(L, (p->info.flags & VSALAB_PLUGIN_CAPTURABLE) != 0);
   lua_setfield(L, -2, "capturable");
+  lua_newtable(L);
+  int n = 0;
+  if (p->info.blocks & VSALAB_PLUGIN_BLOCK_64) lua_pushinteger(L, 64), lua_rawseti(L, -2, ++n);
+  if (p->info.blocks & VSALAB_PLUGIN_BLOCK_128) lua_pushinteger(L, 128), lua_rawseti(L, -2, ++n);
+  lua_setfield(L, -2, "blocks");
+  lua_newtable(L);
+  n = 0;
+  if (p->info.layouts & VSALAB_PLUGIN_LAYOUT_BHSD) lua_pushstring(L, "bhsd"), lua_rawseti(L, -2, ++n);
+  if (p->info.layouts & VSALAB_PLUGIN_LAYOUT_BSHD) lua_pushstring(L, "bshd"), lua_rawseti(L, -2, ++n);
+  lua_setfield(L, -2, "layouts");
   lua_pushstring(L, p->path);
   lua_setfield(L, -2, "path");
   lua_pushstring(L, p->symbol);
@@ -140,36 +168,67 @@ abi_tensor(lua_State *L, int idx, const char *name, vsa_dtype dt, int ndim,
 }
 
 /* plugin:backward(dO, q, k, v, o, lse, q2k_idx, q2k_num, k2q_idx, k2q_num,
- *   vbs, dq, dk, dv, sm_scale [, user_data]) at stack 2..17. */
+ *   vbs, dq, dk, dv, sm_scale [, user_data [, layout]]) at stack 2..18. */
 static int
 l_plugin_backward(lua_State *L)
 {
   vsa_plugin *p = check_plugin(L);
+  int layout = VSA_BHSD;
+  if (!lua_isnoneornil(L, 18)) {
+    layout = vsa_layout_parse(luaL_checkstring(L, 18));
+    if (layout < 0)
+      return vsa_lua_errorf(L, "layout: '%s' is not supported (supported: bhsd, bshd)",
+                            lua_tostring(L, 18));
+  }
+  if (!(p->info.layouts & (layout == VSA_BSHD ? VSALAB_PLUGIN_LAYOUT_BSHD : VSALAB_PLUGIN_LAYOUT_BHSD)))
+    return vsa_lua_errorf(L, "plugin %s: does not take layout %s (it declares %s%s)", p->symbol,
+                          vsa_layout_name(layout),
+                          p->info.layouts & VSALAB_PLUGIN_LAYOUT_BHSD ? "bhsd " : "",
+                          p->info.layouts & VSALAB_PLUGIN_LAYOUT_BSHD ? "bshd" : "");
+  const int sd = vsa_arg_seq_dim(layout);
   vsa_tensor *q = vsa_lua_checkarg(L, 3, "q", VSA_BF16, 4);
   vsa_tensor *k = vsa_lua_checkarg(L, 4, "k", VSA_BF16, 4);
+  vsa_tensor *vbs = vsa_lua_checkarg(L, 12, "variable_block_sizes", VSA_I32, 1);
   int dev = q->device;
-  int64_t B = q->shape[0], H = q->shape[1], Sq = q->shape[2], D = q->shape[3];
-  int64_t Skv = k->shape[2];
-  if (Sq % 64 || Skv % 64 || Sq == 0 || Skv == 0)
-    return vsa_lua_errorf(L, "plugin %s: sequence lengths %lld, %lld must be positive multiples of 64",
-                          p->symbol, (long long)Sq, (long long)Skv);
+  int64_t B = q->shape[0], H = q->shape[3 - sd], Sq = q->shape[sd], D = q->shape[3];
+  int64_t Skv = k->shape[sd];
+  /* The block size, as every backward takes it: Skv / #vbs. */
+  int64_t block = vbs->shape[0] > 0 && Skv % vbs->shape[0] == 0 ? Skv / vbs->shape[0] : 0;
+  if (block != 64 && block != 128)
+    return vsa_lua_errorf(L, "plugin %s: variable_block_sizes has %lld entries for Skv %lld: "
+                             "expected Skv/64 or Skv/128", p->symbol,
+                          (long long)vbs->shape[0], (long long)Skv);
+  if (!(p->info.blocks & (block == 128 ? VSALAB_PLUGIN_BLOCK_128 : VSALAB_PLUGIN_BLOCK_64)))
+    return vsa_lua_errorf(L, "plugin %s: does not take block size %lld (it declares %s%s)",
+                          p->symbol, (long long)block,
+                          p->info.blocks & VSALAB_PLUGIN_BLOCK_64 ? "64 " : "",
+                          p->info.blocks & VSALAB_PLUGIN_BLOCK_128 ? "128" : "");
+  if (Sq % block || Skv % block || Sq == 0 || Skv == 0)
+    return vsa_lua_errorf(L, "plugin %s: sequence lengths %lld, %lld must be positive multiples of %lld",
+                          p->symbol, (long long)Sq, (long long)Skv, (long long)block);
   if ((dev == VSA_CPU && !(p->info.devices & VSALAB_PLUGIN_CPU)) ||
       (dev != VSA_CPU && !(p->info.devices & VSALAB_PLUGIN_CUDA)))
     return vsa_lua_errorf(L, "plugin %s: does not take %s tensors (it declares %s%s)", p->symbol,
                           dev == VSA_CPU ? "cpu" : "cuda",
                           p->info.devices & VSALAB_PLUGIN_CPU ? "cpu " : "",
                           p->info.devices & VSALAB_PLUGIN_CUDA ? "cuda" : "");
-  int64_t nq = Sq / 64, nkv = Skv / 64;
-  int64_t sq[4] = {B, H, Sq, D}, sk[4] = {B, H, Skv, D}, sl[3] = {B, H, Sq};
+  int64_t nq = Sq / block, nkv = Skv / block;
+  int64_t sq[4], sk[4], sl[3] = {B, H, Sq};
+  vsa_arg_layout_shape(layout, B, H, Sq, D, sq);
+  vsa_arg_layout_shape(layout, B, H, Skv, D, sk);
   int64_t sqi[4] = {B, H, nq, nkv}, sqn[3] = {B, H, nq};
   int64_t ski[4] = {B, H, nkv, nq}, skn[3] = {B, H, nkv}, sv[1] = {nkv};
   vsalab_plugin_args a;
   memset(&a, 0, sizeof a);
-  a.abi_version = VSALAB_PLUGIN_ABI_VERSION;
-  a.struct_size = sizeof a;
+  /* A version-1 library sees the version-1 struct it was built for (it may
+   * check abi_version for equality); block and layout are then 64, BHSD. */
+  a.abi_version = p->info.abi_version;
+  a.struct_size = p->info.abi_version >= 2 ? sizeof a : offsetof(vsalab_plugin_args, block);
   a.device = dev;
   a.B = (int32_t)B, a.H = (int32_t)H, a.Sq = (int32_t)Sq, a.Skv = (int32_t)Skv;
   a.D = (int32_t)D, a.nq = (int32_t)nq, a.nkv = (int32_t)nkv;
+  a.block = (int32_t)block;
+  a.layout = layout == VSA_BSHD ? VSALAB_PLUGIN_BSHD : VSALAB_PLUGIN_BHSD;
   a.dO = abi_tensor(L, 2, "dO", VSA_BF16, 4, sq, dev);
   a.q = abi_tensor(L, 3, "q", VSA_BF16, 4, sq, dev);
   a.k = abi_tensor(L, 4, "k", VSA_BF16, 4, sk, dev);

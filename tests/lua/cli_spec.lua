@@ -112,6 +112,8 @@ describe("vsalab CLI", function()
     for _, case in ipairs{
         {"runz", "unknown command 'runz' (did you mean 'run'?"},
         {"comprae 1 2", "unknown command 'comprae' (did you mean 'compare'?"},
+        {"-i x.lua", "'-i' is the REPL's option: vsalab repl -i SCRIPT"},
+        {"< /dev/null", "the REPL opens only on a terminal: `vsalab repl` reads piped input"},
         {"run --db " .. db .. " " .. smoke .. " kernels=refrence", "no backward 'refrence' (did you mean 'reference'?)"},
         {"run --db " .. db .. " " .. smoke .. " -a densty=[0.5]", "no axis 'densty' (did you mean 'density'?)"},
         {"run --db " .. db .. " " .. smoke .. " devise=cpu", "argument 'devise': unknown (did you mean 'device'?)"},

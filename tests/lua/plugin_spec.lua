@@ -11,6 +11,7 @@ local function build_file(env, rel)
 end
 local lib = build_file("VSALAB_EXAMPLE_PLUGIN", "libvsalab_example_cpu.so")
 local bad_abi = build_file("VSALAB_BAD_ABI_PLUGIN", "tests/libvsalab_test_bad_abi.so")
+local v1_lib = build_file("VSALAB_V1_ABI_PLUGIN", "tests/libvsalab_test_v1_abi.so")
 local cuda_lib = build_file("VSALAB_CUDA_EXAMPLE_PLUGIN", "libvsalab_example_cuda.so")
 
 local function problem(seed)
@@ -21,7 +22,8 @@ end
 describe("backends.load", function()
   -- Specs share one process: leave the registry as it was for the others.
   teardown(function()
-    for _, n in ipairs{"example_spec", "example_cases", "unscaled", "failing", "overrun", "example_guard_ok"} do
+    for _, n in ipairs{"example_spec", "example_cases", "unscaled", "failing", "overrun", "example_guard_ok",
+        "example_shapes", "v1"} do
       vsalab.backends.unregister(n)
     end
   end)
@@ -31,7 +33,7 @@ describe("backends.load", function()
     assert.truthy(H.err(vsalab.backends.load, {path = lib, symbol = "no_such_backward"})
       :find("has no symbol 'no_such_backward'", 1, true))
     local e = H.err(vsalab.backends.load, {path = bad_abi, symbol = "bad_backward"})
-    assert.truthy(e:find("ABI version 999", 1, true) and e:find("speaks version 1", 1, true), e)
+    assert.truthy(e:find("ABI version 999", 1, true) and e:find("speaks versions 1 and 2", 1, true), e)
     assert.truthy(H.err(vsalab.backends.load, {path = H.exe}):find("cannot load", 1, true))
     assert.truthy(H.err(vsalab.backends.load, {path = lib, nmae = "x"}):find("unknown field 'nmae'", 1, true))
     assert.truthy(H.err(vsalab.backends.load, {symbol = "x"}):find("field 'path'", 1, true))
@@ -68,13 +70,61 @@ describe("backends.load", function()
     assert.is_true(vsalab.check_outputs({dq = dq, dk = dk, dv = dv}, ref).passed)
   end)
 
-  it("passes every CPU case of CASES.md", function()
+  it("passes every CPU case of CASES.md, at both block sizes in both layouts", function()
     local b = vsalab.backends.load{path = lib, name = "example_cases"}
-    local failed = {}
-    for _, r in ipairs(vsalab.cases.run(b, {device = "cpu", seed = H.seed()})) do
+    local failed, ran = {}, {}
+    for _, r in ipairs(vsalab.cases.run(b, {device = "cpu", seed = H.seed(), layouts = {"bhsd", "bshd"}})) do
       if not r.passed then failed[#failed + 1] = vsalab.cases.format(r) end
+      ran[tostring(r.block) .. " " .. tostring(r.layout)] = true
     end
     assert.equal(0, #failed, table.concat(failed, "\n"))
+    for _, k in ipairs{"64 bhsd", "128 bhsd", "64 bshd", "128 bshd"} do assert.truthy(ran[k], k .. " did not run") end
+  end)
+
+  it("declares its block sizes and layouts (ABI 2), and runs a block-128 BSHD problem", function()
+    local b = vsalab.backends.load{path = lib, name = "example_shapes"}
+    local info = b.plugin:info()
+    assert.equal(2, info.abi_version)
+    assert.same({64, 128}, info.blocks)
+    assert.same({"bhsd", "bshd"}, info.layouts)
+    local p = vsalab.problem.build{H = 2, Sq = 256, Skv = 384, D = 32, block = 128, density = 0.6,
+      ragged = true, seed = H.seed(), device = "cpu", layout = "bshd"}
+    assert.is_true((b.supported("cpu", p)))
+    local dq, dk, dv = b.run(p)
+    assert.same({1, 256, 2, 32}, dq.shape)
+    local ref = vsalab.oracle{q = p.q, k = p.k, v = p.v, dO = p.dO, o = p.o, lse = p.lse,
+      q2k_idx = p.q2k_idx, q2k_num = p.q2k_num, variable_block_sizes = p.vbs, sm_scale = p.sm_scale,
+      layout = "bshd"}
+    local res = vsalab.check_outputs({dq = dq, dk = dk, dv = dv}, ref)
+    assert.is_true(res.passed, vsalab.json.encode(res.errors))
+  end)
+
+  it("loads a version-1 library: block 64 and bhsd only, handed the version-1 struct", function()
+    local b = vsalab.backends.load{path = v1_lib, symbol = "v1_backward", name = "v1"}
+    local info = b.plugin:info()
+    assert.equal(1, info.abi_version)
+    assert.same({64}, info.blocks)
+    assert.same({"bhsd"}, info.layouts)
+    local p = problem(H.seed())
+    local e = H.err(b.run, p)
+    -- The struct as version 1 laid it out: it ends at user_data (two
+    -- pointers after the 14 tensors), before version 2's block and layout.
+    assert.truthy(e:find("v1 plug-in: abi_version 1, struct_size ", 1, true), e)
+    assert.truthy(e:find(", nq 4", 1, true), e)
+    local ffi = require "ffi"
+    local tensor = 8 + 4 + 4 + 4 * 8 + 4 * 8 -- data, dtype, ndim, shape[4], stride[4]
+    assert.equal(ffi.sizeof("void *") == 8 and (4 * 3 + 4 * 7 + 4 + 4 + 14 * tensor + 16) or -1,
+      tonumber(e:match("struct_size (%d+)")), e)
+    local p128 = vsalab.problem.build{H = 1, Sq = 256, D = 32, block = 128, density = 0.5, seed = H.seed(),
+      device = "cpu"}
+    local ok, why = b.supported("cpu", p128)
+    assert.is_false(ok)
+    assert.truthy(why:find("block 128: not supported by this kernel (the plug-in takes 64)", 1, true), why)
+    local pbshd = vsalab.problem.build{H = 1, Sq = 256, D = 32, density = 0.5, seed = H.seed(),
+      device = "cpu", layout = "bshd"}
+    ok, why = b.supported("cpu", pbshd)
+    assert.is_false(ok)
+    assert.truthy(why:find("layout bshd: not supported by this kernel (the plug-in takes bhsd)", 1, true), why)
   end)
 
   it("catches a wrong plug-in (dk without sm_scale)", function()
@@ -295,16 +345,30 @@ describe("a plug-in at a block size it does not take", function()
     local dir = H.tmpdir()
     local db = dir .. "/b128.db"
     local rc, _, err = H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua plugin="
-      .. lib .. " -a 'block=[128]' -a 'density=[0.5]'")
+      .. v1_lib .. " plugin_symbol=v1_backward plugin_name=v1 -a 'block=[128]' -a 'density=[0.5]'")
     assert.equal(0, rc, err)
     local d = vsalab.db_open(db, {readonly = true})
-    local rows = d:q("SELECT passed, note FROM result WHERE kernel = 'vsalab_example_cpu'")
+    local rows = d:q("SELECT passed, note FROM result WHERE kernel = 'v1'")
     d:close()
     assert.is_true(#rows > 0, "no row for the plug-in")
     for _, r in ipairs(rows) do
       assert.is_nil(r.passed)
       assert.truthy(tostring(r.note):find("skipped: block 128", 1, true), tostring(r.note))
     end
+    os.execute("rm -rf " .. dir)
+  end)
+
+  it("fails a run that asked only for it, where it took no point (it ended 'finished', exit 0)", function()
+    local dir = H.tmpdir()
+    local db = dir .. "/only.db"
+    local rc, _, err = H.vsalab("run --db " .. db .. " " .. H.root .. "/experiments/smoke.lua plugin="
+      .. v1_lib .. " plugin_symbol=v1_backward plugin_name=v1 kernels=v1 -a 'layout=[bshd]' -a 'density=[0.5]'")
+    assert.equal(1, rc, err)
+    assert.truthy(err:find("nothing was measured", 1, true), err)
+    assert.truthy(err:find("v1 skipped: layout bshd", 1, true), err)
+    local d = vsalab.db_open(db, {readonly = true})
+    assert.equal("failed", d:q("SELECT status FROM run")[1].status)
+    d:close()
     os.execute("rm -rf " .. dir)
   end)
 end)
