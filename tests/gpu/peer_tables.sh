@@ -14,9 +14,10 @@
 # TIMING=hot (burst, the default) or sustained (3 s of back-to-back calls a
 # row); SEED_SQ overrides the seed lengths (e.g. [4096,16384]). The rows go to
 # TABLES_DB (default $OUT/tables.db, or gpu-out/tables.db); runs append, so
-# parts can be measured at different times and printed together.
+# parts can be measured at different times and printed together. The peers'
+# files go to /dev/shm when it has 32 GB free (VSALAB_PEER_TMP overrides).
 set -uo pipefail
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 fail() { echo "peer_tables.sh: $*" >&2; exit 2; }
 # Paths given relative to the caller's directory, resolved before the cd.
 abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
@@ -35,6 +36,12 @@ for part in "$@"; do
 done
 [[ ${SEED_SQ:-[1]} =~ ^\[[0-9]+(,[0-9]+)*\]$ ]] || fail "SEED_SQ must be a list of token counts such as [4096,16384], not '$SEED_SQ'"
 case " $* " in *" seed "*|*" wan "*|*" dense "*) mkdir -p "$(dirname "$db")" ;; esac
+# The peers' inputs go through .npy files, 5 GB a point at Wan 720P H40:
+# in memory (/dev/shm) where it has room, unless VSALAB_PEER_TMP says.
+if [ -z "${VSALAB_PEER_TMP:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
+   [ "$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')" -gt $((32 * 1024 * 1024)) ] 2>/dev/null; then
+  export VSALAB_PEER_TMP=/dev/shm
+fi
 [ -f "$db" ] || case " $* " in *" seed "*|*" wan "*|*" dense "*) ;; *) fail "no tables DB at $db (run a part first)" ;; esac
 kernels=sm90a,sm90a-fp32,cudnn_bsa,fa4,triton
 status=0
