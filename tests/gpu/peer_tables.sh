@@ -17,7 +17,7 @@
 # parts can be measured at different times and printed together. The peers'
 # files go to /dev/shm when it has 32 GB free (VSALAB_PEER_TMP overrides).
 set -uo pipefail
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 fail() { echo "peer_tables.sh: $*" >&2; exit 2; }
 # Paths given relative to the caller's directory, resolved before the cd.
 abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
