@@ -103,30 +103,34 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
  * holds the fp32 dQ accumulator, Delta, the deterministic mode's row
  * exponents, the work order and the q-chunk partials
  * (bsa_backward_sm90a_scratch_bytes). variant picks the main kernel:
+ *   VSA_SM90A_B128   v5, block 128 only: 128-row tiles, one CTA a 128-token
+ *                    kv block, each 128-token q block loaded once and its
+ *                    two dQ halves reduced once (128 x 128 pairs)
  *   VSA_SM90A_KV2    v4: as v3 with two kv blocks a CTA sharing each q
  *                    block both select (one load, one dQ reduce)
  *   VSA_SM90A_WS     v3: warp-specialized, TMA + mbarrier producer (default)
  *   VSA_SM90A_BULK   v2: one warpgroup, cp.async, one bulk dQ reduce per pair
  *   VSA_SM90A_ATOMIC v1: as v2 with dQ by vector atomics
- * deterministic (VSA_SM90A_WS, VSA_SM90A_KV2): dQ partials added as int32 fixed point
+ * deterministic (v3, v4, v5): dQ partials added as int32 fixed point
  * (exact in any order: the same bits every run; common/bwd_prep.h has the
  * bound), else fp32 in arrival order. Every variant takes both layouts
- * (s->layout): v3/v4 through 3D TMA maps (column, head, row), v1/v2
+ * (s->layout): v3/v4/v5 through 3D TMA maps (column, head, row), v1/v2
  * through strided cp.async rows; dq, dk, dv come out in the layout.
- * q_chunk (v3, v4): q blocks per
+ * q_chunk (v3, v4, v5): 64-token q blocks per
  * chunk of the q range (0: all): a kv block's pairs are taken one chunk at
  * a time, chunk-major, so that the Q/dO/dQ working set of the CTAs running
  * at once stays in L2 at long sequences; dK/dV partials pass between a kv
  * block's chunks in chunk order (deterministic). Returns
  * cudaErrorInvalidValue for shapes or options it does not take (s->block
- * other than 64 and 128 among them, 128 running on 64-token sub-block
- * lists; s->layout other than BHSD and BSHD; B·H·S of 2^31 rows or more).
+ * other than 64 and 128 among them, and v5 at block 64; at block 128
+ * v3 means v4 on 64-token sub-block lists; s->layout other than BHSD and BSHD; B·H·S of 2^31 rows or more).
  */
 typedef enum {
   VSA_SM90A_ATOMIC = 0,
   VSA_SM90A_BULK = 1,
   VSA_SM90A_WS = 2,
-  VSA_SM90A_KV2 = 3
+  VSA_SM90A_KV2 = 3,
+  VSA_SM90A_B128 = 4
 } vsa_sm90a_variant;
 size_t bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk);
 cudaError_t bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO,

@@ -224,40 +224,29 @@ bsa_backward_sm90a_scratch_bytes(const vsa_shape *s, int q_chunk)
   return scratch_bytes_64(s, q_chunk) + vsa_bwd::block128_extra_bytes(s);
 }
 
-extern "C" cudaError_t
-bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q,
-                   const uint16_t *d_k, const uint16_t *d_v, const uint16_t *d_o,
-                   const float *d_lse, const int32_t *d_k2q_idx,
-                   const int32_t *d_k2q_num, int k2q_width, const int32_t *d_vbs,
-                   void *d_scratch, uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
-                   vsa_sm90a_variant variant, int deterministic, int q_chunk,
-                   cudaStream_t stream)
+/* The 64-token launch (s->block 64, or a block-128 problem's 64-token
+ * view with v4 on the sub-block lists, or v5 with list128 set). */
+static cudaError_t
+backward_64(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q, const uint16_t *d_k,
+            const uint16_t *d_v, const uint16_t *d_o, const float *d_lse,
+            const int32_t *d_k2q_idx, const int32_t *d_k2q_num, int k2q_width,
+            const int32_t *d_vbs, void *d_scratch, uint16_t *d_dq, uint16_t *d_dk,
+            uint16_t *d_dv, vsa_sm90a_variant variant, int deterministic, int q_chunk,
+            const int32_t *list128_idx, const int32_t *list128_num, int list128_width,
+            cudaStream_t stream)
 {
-  if (s->layout != VSA_BHSD && s->layout != VSA_BSHD) return cudaErrorInvalidValue;
-  if (vsa_bwd::block_of(s) == 128) {
-    // Block 128: the 64-token sub-block lists (one small launch), then the
-    // kernel whose CTA owns both 64-row halves of a kv block (v4): the two
-    // halves select the same q tiles, so every Q/dO tile is loaded once
-    // and its dQ reduced once for 128 kv rows (kernels/NOTES.md, v5).
-    vsa_shape s64;
-    vsa_bwd::expanded_lists x;
-    void *tail = static_cast<char *>(d_scratch) + scratch_bytes_64(s, q_chunk);
-    cudaError_t e = vsa_bwd::as_64_token(s, d_k2q_idx, d_k2q_num, k2q_width, d_vbs, tail, &s64,
-                                         &x, stream);
-    if (e != cudaSuccess) return e;
-    if (variant == VSA_SM90A_WS) variant = VSA_SM90A_KV2;
-    return bsa_backward_sm90a(&s64, d_dO, d_q, d_k, d_v, d_o, d_lse, x.k2q_idx, x.k2q_num,
-                              x.width, x.vbs, d_scratch, d_dq, d_dk, d_dv, variant,
-                              deterministic, q_chunk, stream);
-  }
-  if (vsa_bwd::block_of(s) != 64) return cudaErrorInvalidValue;
+  if (vsa_bwd::block_of(s) != 64 || s->layout != VSA_BHSD && s->layout != VSA_BSHD)
+    return cudaErrorInvalidValue;
   if (s->D != D || s->Sq % BLK || s->Skv % BLK || s->B * s->H > 65535 || k2q_width < 1)
     return cudaErrorInvalidValue;
   // Every offset below is 64-bit, but rows (B·H·S) index lse, Delta and the
   // accumulator in int and TMA coordinates: below 2^31, as tile_map checks.
   if ((int64_t)s->B * s->H * s->Sq >= (1ll << 31) || (int64_t)s->B * s->H * s->Skv >= (1ll << 31))
     return cudaErrorInvalidValue;
-  const bool ws = variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2; // TMA producer kernels
+  const bool v5 = variant == VSA_SM90A_B128;
+  if (v5 && (!list128_idx || s->Sq % 128 || s->Skv % 128)) return cudaErrorInvalidValue;
+  // TMA producer kernels
+  const bool ws = variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2 || v5;
   if (deterministic && !ws) return cudaErrorInvalidValue;
   const int64_t BH = (int64_t)s->B * s->H, rows = BH * s->Sq, kv_rows = BH * s->Skv;
   const int nkv = s->Skv / BLK;
@@ -288,9 +277,11 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   pp.k2q_num = d_k2q_num;
   pp.k2q_width = k2q_width;
   pp.groups = (int)(BH / group);
-  // v4's items are pairs of kv blocks, ordered by their summed list lengths.
-  pp.pair_nkv = variant == VSA_SM90A_KV2 ? nkv : 0;
-  pp.group_items = group * (variant == VSA_SM90A_KV2 ? (nkv + 1) / 2 : nkv);
+  // v4's items are pairs of kv blocks, ordered by their summed list
+  // lengths; v5's 128-token kv blocks are the same pairs.
+  const bool pairs = variant == VSA_SM90A_KV2 || v5;
+  pp.pair_nkv = pairs ? nkv : 0;
+  pp.group_items = group * (pairs ? (nkv + 1) / 2 : nkv);
   pp.order = ws ? order : NULL;
   if (deterministic)
     vsa_bwd::prep_fixed_point(pp, d_k, d_v, d_vbs, s->Sq, s->Skv, kv_stats, row_dnorm, row_exp);
@@ -324,9 +315,14 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
     p.groups = pp.groups;
     p.group_items = pp.group_items;
     p.skip_dq_reduce = vsa_bwd::ablate("no_dq_reduce");
+    p.list128.idx = list128_idx;
+    p.list128.num = list128_num;
+    p.list128.width = list128_width;
     cudaError_t e = sm90_tile_maps(p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv);
     if (e == cudaSuccess)
-      e = variant == VSA_SM90A_KV2 ? sm90_kv2_launch(p, stream) : sm90_ws_launch(p, stream);
+      e = v5 ? sm90_b128_launch(p, stream)
+          : variant == VSA_SM90A_KV2 ? sm90_kv2_launch(p, stream)
+                                     : sm90_ws_launch(p, stream);
     if (e != cudaSuccess) return e;
   } else {
     static bool configured = false;
@@ -354,4 +350,39 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
                                    : deterministic             ? vsa_bwd::DQ_ROWS_SWIZZLED_FIXED
                                                                : vsa_bwd::DQ_ROWS_SWIZZLED,
                                    pp.row_exp, s->layout, s->H, s->Sq, stream);
+}
+
+extern "C" cudaError_t
+bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q,
+                   const uint16_t *d_k, const uint16_t *d_v, const uint16_t *d_o,
+                   const float *d_lse, const int32_t *d_k2q_idx,
+                   const int32_t *d_k2q_num, int k2q_width, const int32_t *d_vbs,
+                   void *d_scratch, uint16_t *d_dq, uint16_t *d_dk, uint16_t *d_dv,
+                   vsa_sm90a_variant variant, int deterministic, int q_chunk,
+                   cudaStream_t stream)
+{
+  if (s->layout != VSA_BHSD && s->layout != VSA_BSHD) return cudaErrorInvalidValue;
+  if (variant == VSA_SM90A_B128 && vsa_bwd::block_of(s) != 128) return cudaErrorInvalidValue;
+  if (vsa_bwd::block_of(s) == 128) {
+    // Block 128 runs on the 64-token view (one small launch expands the
+    // lists: sub-block lists, vbs halves, the counts of v4's work order),
+    // then either v4 on the sub-block lists, whose CTA owns both 64-row
+    // halves of a kv block and shares every q tile between them, or v5
+    // with 128-row tiles on the 128-token lists (kernels/NOTES.md).
+    vsa_shape s64;
+    vsa_bwd::expanded_lists x;
+    void *tail = static_cast<char *>(d_scratch) + scratch_bytes_64(s, q_chunk);
+    cudaError_t e = vsa_bwd::as_64_token(s, d_k2q_idx, d_k2q_num, k2q_width, d_vbs, tail, &s64,
+                                         &x, stream);
+    if (e != cudaSuccess) return e;
+    if (variant == VSA_SM90A_WS) variant = VSA_SM90A_KV2;
+    if (variant == VSA_SM90A_B128 && q_chunk > 0) q_chunk += q_chunk & 1; // whole 128-token blocks
+    return backward_64(&s64, d_dO, d_q, d_k, d_v, d_o, d_lse, x.k2q_idx, x.k2q_num, x.width,
+                       x.vbs, d_scratch, d_dq, d_dk, d_dv, variant, deterministic, q_chunk,
+                       d_k2q_idx, d_k2q_num, k2q_width, stream);
+  }
+  if (vsa_bwd::block_of(s) != 64) return cudaErrorInvalidValue;
+  return backward_64(s, d_dO, d_q, d_k, d_v, d_o, d_lse, d_k2q_idx, d_k2q_num, k2q_width, d_vbs,
+                     d_scratch, d_dq, d_dk, d_dv, variant, deterministic, q_chunk, NULL, NULL, 0,
+                     stream);
 }

@@ -1,6 +1,6 @@
 /* sm90_bwd_ws.h — between the sm_90a backward's launcher (bsa_bwd_sm90a.cu)
  * and its warp-specialized main kernels (bsa_bwd_ws_sm90a.cu, v3;
- * bsa_bwd_kv2_sm90a.cu, v4). */
+ * bsa_bwd_kv2_sm90a.cu, v4; bsa_bwd_b128_sm90a.cu, v5). */
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -40,6 +40,12 @@ struct sm90_ws_params : sm90_bwd_common {
   // vsa_bwd::ablate): the producer skips every dQ reduce, so
   // dq is wrong and only the timing means anything.
   int skip_dq_reduce;
+  // v5 only (block 128): the 128-token k2q lists, [B·H, nkv/2, width] and
+  // [B·H, nkv/2]; nq, nkv, vbs and the work order are the 64-token view's.
+  struct {
+    const int32_t *idx, *num;
+    int width;
+  } list128;
 };
 
 /* Launch the v3 main kernel over (group_items, chunks, groups); p's tensor
@@ -50,6 +56,11 @@ cudaError_t sm90_ws_launch(const sm90_ws_params &p, cudaStream_t stream);
  * (2p, 2p+1) of a head, ⌈nkv / 2⌉ a head, item = (b·H + h)·⌈nkv/2⌉ + p;
  * the grid is (group_items, chunks, groups) over such items. */
 cudaError_t sm90_kv2_launch(const sm90_ws_params &p, cudaStream_t stream);
+
+/* The same for v5 (bsa_bwd_b128_sm90a.cu, block 128): items are 128-token
+ * kv blocks J, which v4's pair items (2J, 2J+1) number the same way;
+ * p.q_chunk must be even (it counts 64-token q blocks). */
+cudaError_t sm90_b128_launch(const sm90_ws_params &p, cudaStream_t stream);
 
 #ifdef __CUDACC__
 #include "sm90_bwd_pair.cuh"

@@ -209,14 +209,22 @@ local function native(b, fn, kernel_opts)
   return M.register(b)
 end
 
--- version: the main kernel (4 two kv blocks a CTA, 3 warp-specialized, 2
--- bulk dQ, 1 atomic dQ); det: dQ in int32 fixed point (versions 3 and 4:
+-- version: the main kernel (5 128-row tiles at block 128, 4 two kv blocks
+-- a CTA, 3 warp-specialized, 2 bulk dQ, 1 atomic dQ); det: dQ in int32
+-- fixed point (versions 3-5:
 -- the same bits every run, the default), else fp32 in arrival order (the
 -- `-fp32` variants: run-to-run differences within rounding, never
 -- bitwise reproducible; their rows say deterministic=false).
-local function sm90a(name, version, det, description, variant_of)
+-- only_block: the version takes that block size alone (v5: 128).
+local function sm90a(name, version, det, description, variant_of, only_block)
+  local function supported(device, p)
+    if only_block and p and (p.block or 64) ~= only_block then
+      return false, name .. " takes block " .. only_block .. " only, got " .. tostring(p.block or 64)
+    end
+    return sm90a_supported(name, device, p)
+  end
   native({name = name, description = description, variant_of = variant_of,
-    deterministic_dq = det, supported = function(device, p) return sm90a_supported(name, device, p) end},
+    deterministic_dq = det, supported = supported},
     "backward_sm90a", {version = version, deterministic = det})
 end
 sm90a("sm90a", 3, true,
@@ -225,6 +233,8 @@ sm90a("sm90a-fp32", 3, false,
   "sm90a with dQ summed in fp32 in arrival order (faster at small shapes; not reproducible bit for bit)")
 -- Earlier versions, kept to measure against in the same run; the case
 -- runner and GPU specs skip variants.
+sm90a("sm90a-v5", 5, true, "sm90a v5 (block 128 only): 128-row tiles, one CTA a 128-token kv block, each q block loaded once; fixed-point dQ", "sm90a", 128)
+sm90a("sm90a-v5-fp32", 5, false, "sm90a v5 with dQ summed in fp32 in arrival order", "sm90a", 128)
 sm90a("sm90a-v4", 4, true, "sm90a v4: two kv blocks a CTA share the q blocks both select (one load, one dQ reduce); fixed-point dQ", "sm90a")
 sm90a("sm90a-v4-fp32", 4, false, "sm90a v4 with dQ summed in fp32 in arrival order", "sm90a")
 sm90a("sm90a-v2", 2, false, "sm90a v2: one warpgroup, cp.async ring, bulk dQ reduce (fp32 dQ)", "sm90a")

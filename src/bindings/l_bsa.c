@@ -838,7 +838,7 @@ l_sm100a_image_check(lua_State *L)
 
 /* vsalab.backward_sm90a(dO, q, k, v, o, lse, k2q_idx, k2q_num,
  *   variable_block_sizes [, {sm_scale=1/sqrt(D), out={dq, dk, dv},
- *   poison=true, validate=false, canonical=true, version=3 (1..4),
+ *   poison=true, validate=false, canonical=true, version=3 (1..5),
  *   deterministic=true (versions 3, 4; false for 1, 2), q_chunk=512}])
  *   -> dq, dk, dv bf16
  *   (dq, dk × sm_scale).
@@ -850,7 +850,9 @@ l_sm100a_image_check(lua_State *L)
  * canonical sorts each kv list (two inversions) so dk/dv are bitwise the
  * same whatever the list order; canonical=false skips it for lists already
  * ascending (vsalab.invert_indices output). version (sm90a) picks the main
- * kernel: 3 (warp-specialized TMA producer, default), 4 (v3 with two kv
+ * kernel: 5 (block 128 only: 128-row tiles, one CTA a 128-token kv block
+ * loading each 128-token q block once), 3 (warp-specialized TMA producer,
+ * default; at block 128 it runs v4 on 64-token sub-block lists), 4 (v3 with two kv
  * blocks a CTA that share each q block both select: one load and one dQ
  * reduce for it; needs ascending lists to share, which canonical gives),
  * 2 (one warpgroup, bulk dQ reduce) or 1 (dQ by atomics);
@@ -906,9 +908,10 @@ native(lua_State *L, native_arch arch)
       lua_getfield(L, 10, "version");
       if (!lua_isnil(L, -1)) {
         lua_Number v = lua_tonumber(L, -1);
-        if (lua_type(L, -1) != LUA_TNUMBER || (v != 1 && v != 2 && v != 3 && v != 4))
-          return vsa_lua_errorf(L, "backward_sm90a: field 'version' must be 1, 2, 3 or 4");
-        variant = v == 4   ? VSA_SM90A_KV2
+        if (lua_type(L, -1) != LUA_TNUMBER || (v != 1 && v != 2 && v != 3 && v != 4 && v != 5))
+          return vsa_lua_errorf(L, "backward_sm90a: field 'version' must be 1, 2, 3, 4 or 5");
+        variant = v == 5   ? VSA_SM90A_B128
+                  : v == 4 ? VSA_SM90A_KV2
                   : v == 3 ? VSA_SM90A_WS
                   : v == 2 ? VSA_SM90A_BULK
                            : VSA_SM90A_ATOMIC;
@@ -916,12 +919,12 @@ native(lua_State *L, native_arch arch)
       lua_pop(L, 1);
     }
   }
-  if (deterministic < 0)
-    deterministic = arch == NATIVE_SM100A || variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2;
-  if (deterministic && variant != VSA_SM90A_WS && variant != VSA_SM90A_KV2)
-    return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3 or 4");
+  const int tma = variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2 || variant == VSA_SM90A_B128;
+  if (deterministic < 0) deterministic = arch == NATIVE_SM100A || tma;
+  if (deterministic && !tma)
+    return vsa_lua_errorf(L, "backward_sm90a: deterministic=true needs version 3, 4 or 5");
   /* Versions 1 and 2 do not chunk: no scratch for chunk partials. */
-  if (arch == NATIVE_SM90A && variant != VSA_SM90A_WS && variant != VSA_SM90A_KV2) q_chunk = 0;
+  if (arch == NATIVE_SM90A && !tma) q_chunk = 0;
   bwd_args a;
   backward_args(L, &a, validate);
   attn_dims d = a.d;
@@ -939,6 +942,9 @@ native(lua_State *L, native_arch arch)
     return vsa_lua_errorf(L, "q: %s takes head dim 128, got %lld", fn, (long long)d.D);
   vsa_shape s;
   fill_shape(&d, &s, a.sm_scale);
+  if (arch == NATIVE_SM90A && variant == VSA_SM90A_B128 && s.block != 128)
+    return vsa_lua_errorf(L, "backward_sm90a: version 5 takes 128-token blocks, got block %d",
+                          s.block ? s.block : 64);
   int64_t sq[4], sk[4];
   vsa_arg_layout_shape(d.layout, d.B, d.H, d.Sq, d.D, sq);
   vsa_arg_layout_shape(d.layout, d.B, d.H, d.Skv, d.D, sk);

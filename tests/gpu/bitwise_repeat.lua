@@ -3,10 +3,11 @@
 -- dq, dk, dv) on one problem, each compared with the first; raises unless
 -- every output is the same bits (max |difference| 0). Returns that maximum.
 --   local repeat_check = dofile("tests/gpu/bitwise_repeat.lua")
---   repeat_check(label, function(p) return vsalab.backward_...(...) end, n)
-return function(label, backward, n)
+--   repeat_check(label, function(p) return vsalab.backward_...(...) end, n [, block])
+return function(label, backward, n, block)
   local P = vsalab.problem
-  local p = P.build{B = 2, H = 4, Sq = 2048, D = 128, density = 0.25, seed = 42, device = "cuda"}
+  local p = P.build{B = 2, H = 4, Sq = 2048, D = 128, block = block, density = 0.25, seed = 42,
+    device = "cuda"}
   local first = {backward(p)}
   local worst = 0
   for _ = 1, n do

@@ -273,6 +273,11 @@ describe("vsalab.backward", function()
     assert.is_false(ok)
     assert.truthy(why:match("CUDA"))
     assert.is_false((vsalab.backward_supported("sm100a", p.q)))
+    -- v5 takes block 128 alone, whatever the device.
+    local v5 = vsalab.backends.get("sm90a-v5")
+    ok, why = v5.supported("cuda", {block = 64, D = 128})
+    assert.is_false(ok)
+    assert.truthy(why:find("sm90a-v5 takes block 128 only, got 64", 1, true), why)
     -- Bad arguments are named.
     assert.truthy(H.err(vsalab.backward_supported, "reference", p.q, 5):find("k must be a tensor", 1, true))
     local gone = p.q:clone()
