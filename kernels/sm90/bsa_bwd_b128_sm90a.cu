@@ -66,13 +66,13 @@ constexpr uint32_t RING_STATS = 2 * QROWS * sizeof(float);
 constexpr uint32_t OFF_TAGS = OFF_RSTATS + STAGES * RING_STATS;
 constexpr uint32_t OFF_BARS = OFF_TAGS + STAGES * sizeof(int);
 constexpr uint32_t OFF_END = OFF_BARS + (1 + 2 * STAGES) * 8;
-// The largest opt-in an H100/H200 block may have. The map leaves 968 bytes
-// of it, not the 1024 a worst-case realignment could take: the kernel
-// relies on dynamic shared memory starting 1024-aligned, as it does when a
-// kernel has no static shared memory (CUTLASS's and FlashAttention-3's
-// Hopper kernels rely on the same), and returns without touching
-// anything where it does not (the outputs then keep the poison: tests fail
-// loudly rather than a fault).
+// The largest opt-in an H100/H200 block may have (the 1 KB the driver
+// reserves a block is apart from it). The map leaves 976 bytes of it, not
+// the 1008 a worst-case realignment could take: the kernel relies on
+// dynamic shared memory starting 1024-aligned, as CUTLASS's and
+// FlashAttention-3's Hopper kernels do, and returns without writing
+// anything where it does not (the outputs keep their poison, so tests fail
+// loudly).
 constexpr uint32_t SMEM_BYTES = 227 * 1024;
 static_assert(OFF_END <= SMEM_BYTES, "v5 shared memory plan exceeds the H200's 227 KB");
 
