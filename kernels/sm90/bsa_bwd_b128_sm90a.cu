@@ -14,6 +14,7 @@
  * Per selected 128 x 128 pair each consumer runs the 64 x 64 phase 1 of
  * sm90_bwd_pair.cuh (S^T, dP^T, P^T, dS^T, dV += P^T dO, dK += dS^T Q) on
  * q rows 0-63 and then 64-127 of the block, writing dS^T tiles (w, t);
+ * each half's dV/dK retires before the next (240 registers hold one);
  * after one barrier over both warpgroups, warpgroup w computes dQ of q
  * rows 64w..64w+63 over all 128 kv rows (dS_(t=w) K, K = 128, both 64-
  * column halves), and after a second barrier (every wgmma of both on the
@@ -197,15 +198,14 @@ producer(const sm90_ws_params &p, int64_t bh, int J, int lo, int hi, uint32_t ba
 /* Consumer warpgroup WG: kv rows 64·WG.. of 128-token kv block J. */
 template <bool FIXED, int WG>
 __device__ __forceinline__ void
-consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base_in,
+consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
          unsigned char *base_ptr)
 {
-  const uint32_t bar_kv = base_in + OFF_BARS, bar_full = bar_kv + 8,
+  const uint32_t bar_kv = base + OFF_BARS, bar_full = bar_kv + 8,
                  bar_ready = bar_full + 8 * STAGES;
   constexpr int bar = BAR_WG0 + WG;
   constexpr uint32_t K_ = OFF_KV + WG * 2 * TILE, V_ = K_ + TILE;
-  using half0 = kv_tiles<K_, V_, OFF_DS4 + WG * REGION>;        // q rows 0-63
-  using half1 = kv_tiles<K_, V_, OFF_DS4 + (2 + WG) * REGION>;  // q rows 64-127
+  using half0 = kv_tiles<K_, V_, OFF_DS4 + WG * REGION>;  // q rows 0-63
   const int j = 2 * J + WG;  // this warpgroup's 64-token kv sub-block
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int vb = p.vbs[j];
@@ -231,11 +231,6 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base_in,
       }
       kv_ready = true;
     }
-    // base laundered each iteration: ptxas otherwise hoists the wgmma
-    // descriptors built from it out of the loop and spills more (200
-    // bytes against 176; laundering base_ptr as well made it 364).
-    uint32_t base = base_in;
-    asm volatile("" : "+r"(base));
     const uint32_t st = base + OFF_RING + s * RING_STAGE;
     const float *lse = reinterpret_cast<const float *>(base_ptr + OFF_RSTATS + s * RING_STATS);
     const float *delta = lse + QROWS;
@@ -245,25 +240,24 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base_in,
       sc0 = exp2_int(__ldg(re + r0));
       sc1 = exp2_int(__ldg(re + r1));
     }
-    uint32_t a_p[16], a_ds[16];
-    pair_dkdv<half0>(base, base_ptr, st, st + 2 * TILE, lse, delta, p.scale_log2, valid0,
-                     valid1, acc_dk, acc_dv, a_p, a_ds);
-    // Retire the first half's dV/dK (a_p, a_ds die) before the second
-    // half's S^T and dP^T: both alive need more than 240 registers (ptxas
-    // spilled ~500 bytes and serialised the wgmmas); the other warpgroup
-    // keeps the tensor cores busy meanwhile.
-    wgmma_wait<0>();
-    reg_fence(acc_dk, 64);
-    reg_fence(acc_dv, 64);
-    reg_fence_u32(a_p, 16);
-    reg_fence_u32(a_ds, 16);
-    pair_dkdv<half1>(base, base_ptr, st + TILE, st + 3 * TILE, lse + BLK, delta + BLK,
-                     p.scale_log2, valid0, valid1, acc_dk, acc_dv, a_p, a_ds);
-    wgmma_wait<0>(); // this warpgroup's reads of the stage have retired
-    reg_fence(acc_dk, 64);
-    reg_fence(acc_dv, 64);
-    reg_fence_u32(a_p, 16);
-    reg_fence_u32(a_ds, 16);
+    // Phase 1 on q rows 0-63, then 64-127: one instance in a loop (two
+    // unrolled ones hoisted twice the addresses and spilled more). Half t
+    // writes dS^T tile (WG, t), TILE bytes after half 0's: the store base
+    // moves, the K/V descriptors do not. Each half's dV/dK retires before
+    // the next S^T and dP^T: both alive need more than 240 registers; the
+    // other warpgroup keeps the tensor cores busy meanwhile.
+#pragma unroll 1
+    for (int t = 0; t < 2; t++) {
+      uint32_t a_p[16], a_ds[16];
+      pair_dkdv<half0>(base, base_ptr + t * TILE, st + t * TILE, st + (2 + t) * TILE,
+                       lse + t * BLK, delta + t * BLK, p.scale_log2, valid0, valid1, acc_dk,
+                       acc_dv, a_p, a_ds);
+      wgmma_wait<0>(); // the second time: this warpgroup no longer reads the stage
+      reg_fence(acc_dk, 64);
+      reg_fence(acc_dv, 64);
+      reg_fence_u32(a_p, 16);
+      reg_fence_u32(a_ds, 16);
+    }
     // All four dS^T tiles written (and both K tiles' padding zeroed: each
     // warpgroup zeroes before its first pair), and neither warpgroup reads
     // the stage any more: dQ may be staged there as it comes.
