@@ -14,12 +14,13 @@
  * Per selected 128 x 128 pair each consumer runs the 64 x 64 phase 1 of
  * sm90_bwd_pair.cuh (S^T, dP^T, P^T, dS^T, dV += P^T dO, dK += dS^T Q) on
  * q rows 0-63 and then 64-127 of the block, writing dS^T tiles (w, t);
- * each half's dV/dK retires before the next (240 registers hold one);
- * after one barrier over both warpgroups, warpgroup w computes dQ of q
- * rows 64w..64w+63 over all 128 kv rows (dS_(t=w) K, K = 128, both 64-
- * column halves), and after a second barrier (every wgmma of both on the
- * stage and the dS^T tiles retired) stages it in the dead stage (fp32
- * swizzled rows, or int32 fixed point) for the producer's reduce.
+ * each half's dV/dK retires before the next (240 registers hold one).
+ * After one barrier over both warpgroups (four dS^T tiles written, no
+ * wgmma reads the stage any more), warpgroup w computes dQ of q rows
+ * 64w..64w+63 over all 128 kv rows (dS_(t=w) K, K = 128) in two 64-column
+ * halves and stages each in the dead stage as it retires (fp32 swizzled
+ * rows, or int32 fixed point) for the producer's reduce; a second barrier
+ * ends the step (both dQ GEMMs have read the dS^T tiles).
  *
  * Against v4 on the 64-token sub-block lists (the block-128 path of
  * before, kernels/NOTES.md): one list walk instead of a merge of two
