@@ -159,12 +159,12 @@ M.register{
   end,
 }
 
--- The block sizes the native kernels take (kernels.h: sm90a at 128 runs
--- v4's CTA over both halves of a kv block, sm100a its 128-token kernel;
--- any other s->block is cudaErrorInvalidValue).
-local native_blocks = {[64] = true, [128] = true}
+-- The native kernels take every size of the block table (vsalab.blocks,
+-- from src/core/block_size.c; kernels.h: a size they lack is
+-- cudaErrorInvalidValue, so a new table entry needs its kernels first).
+local blocks = require "vsalab.blocks"
 local function block_supported(p)
-  if p and p.block and not native_blocks[p.block] then
+  if p and p.block and not blocks.supported(p.block) then
     return false, "block " .. tostring(p.block) .. ": not supported by this kernel"
   end
   return true
