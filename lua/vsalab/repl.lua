@@ -112,7 +112,8 @@ vsalab REPL: LuaJIT with the `vsalab` module loaded (the API: docs/lua-api.md).
   p = vsalab.problem.build{B = 1, H = 2, latent = {6, 7, 9}, D = 64, density = 0.5, device = 'cpu', seed = 1}
                          a problem's inputs and block lists, as the experiments build them
   db:q("SELECT id, script, status FROM run")   the results DB (--db), read-only, as a table
-  vsalab.backends.available('cpu')             the backwards that run here
+  for _, b in ipairs(vsalab.backends.available('cpu')) do print(b.name) end
+                         the backwards that run here
   =expr or expr          print a value (tables one level deep); statements run as typed
   Ctrl-C stops a running line, Ctrl-D leaves; `vsalab help` lists the commands.]]
 
