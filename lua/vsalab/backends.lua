@@ -224,7 +224,7 @@ local function sm90a(name, version, det, description, variant_of, only_block)
     return sm90a_supported(name, device, p)
   end
   native({name = name, description = description, variant_of = variant_of,
-    deterministic_dq = det, supported = supported},
+    deterministic_dq = det, supported = supported, only_block = only_block},
     "backward_sm90a", {version = version, deterministic = det})
 end
 sm90a("sm90a", 3, true,

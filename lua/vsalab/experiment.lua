@@ -117,6 +117,20 @@ function M.run(e)
     if not e.kernels then return end
     for name in pairs(e.kernels) do
       local ok, why = backends.supported(name, device)
+      -- It must also take at least one point's block size, layout and head
+      -- dim (sm90a-v5 takes 128 only): otherwise --check passed and the run
+      -- measured nothing for it. Points it alone cannot take get a skipped
+      -- row saying why (experiment_point.lua).
+      if ok and #e.configs > 0 then
+        local first_why
+        for _, c in ipairs(e.configs) do
+          local pok, pwhy = backends.supported(name, device,
+            {block = c.block or 64, layout = c.layout or "bhsd", D = c.D or 128})
+          if pok then first_why = nil break end
+          first_why = first_why or pwhy
+        end
+        if first_why then ok, why = false, tostring(first_why) .. " (at every point of this run)" end
+      end
       if not ok then
         -- A CUDA kernel named for an experiment's CPU points: say how to
         -- move them (on a host without a GPU, require_gpu then says so).
@@ -128,6 +142,19 @@ function M.run(e)
               .. tostring(no_gpu):gsub("^no CUDA device: ", ""))
         end
         usage.error("argument 'kernels': " .. name .. " cannot run here: " .. tostring(why))
+      end
+    end
+  end
+  -- A kernel of one block size (sm90a-v5: 128) named for points of
+  -- another: known without a GPU, so --check says so on any host.
+  for name in pairs(e.kernels or {}) do
+    local only = backends.get(name).only_block
+    if only then
+      local any = false
+      for _, c in ipairs(e.configs) do any = any or (c.block or 64) == only end
+      if not any and #e.configs > 0 then
+        usage.error(string.format("argument 'kernels': %s takes block %d only, and no point of this run "
+          .. "has it (give -a block=[%d])", name, only, only))
       end
     end
   end

@@ -129,7 +129,13 @@ function M.args(argv, defaults)
       dst[k] = v -- a path, never a number or a list
     elseif v:find(",") or type(defaults and defaults[k]) == "table" then
       local l = {}
-      for x in v:gmatch("[^,]+") do l[#l + 1] = tonumber(x) or x end
+      for x in (v .. ","):gmatch("([^,]*),") do
+        -- "kernels=," or "a,,b": an empty element is a typo, not a no-op.
+        if not x:find("%S") then
+          usage.error("argument '" .. k .. "': empty element in '" .. v .. "' (a list is a,b,c)")
+        end
+        l[#l + 1] = tonumber(x) or x
+      end
       dst[k] = l
     else
       dst[k] = tonumber(v) or v

@@ -116,10 +116,12 @@ function M.run_config(e, i, c, device, seed, rows, n)
     else
       pre = check.spot_refs(p, e.check)
     end
-    -- A plug-in or peer asked for that does not take this point (a block
-    -- size, a head dim) gets a skipped row saying why, not silence.
+    -- A plug-in or peer asked for, or a kernel named in kernels=, that
+    -- does not take this point (a block size, a head dim) gets a skipped
+    -- row saying why, not silence.
     for _, b in ipairs(backends.list) do
-      if b.origin and b.supported and not (e.kernels and not e.kernels[b.name])
+      if (b.origin or (e.kernels and e.kernels[b.name])) and b.supported
+          and not (e.kernels and not e.kernels[b.name])
           and not (c.skip and c.skip[b.name]) and not (c.only_kernel and c.only_kernel ~= b.name)
           and not done[b.name] then
         local ok, why = b.supported(device, p)

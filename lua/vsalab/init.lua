@@ -27,9 +27,6 @@ M.run_finish = run.finish
 
 M.backends = require "vsalab.backends"
 
--- backward_supported(name, q [, k]) -> ok, why: can backward `name`
--- ('reference', 'sm90a', 'sm100a') take these tensors on their device?
--- Decided from shapes, dtypes and the device, never tensor contents.
 -- The device of tensor t (argument `what` of fn), raising a named error for
 -- a non-tensor or a freed one.
 local function device_of(fn, what, t)
@@ -39,31 +36,46 @@ local function device_of(fn, what, t)
   return dev
 end
 
-function M.backward_supported(name, q, k)
+-- The block size the backward will see: Skv (k's token dimension: 3 in
+-- bhsd, 2 in bshd) over vbs's length, as the references derive it; nil
+-- when k or vbs is missing or malformed (the backward itself then names
+-- the bad argument).
+local function block_of(k, vbs, opts)
+  local sdim = type(opts) == "table" and opts.layout == "bshd" and 2 or 3
+  if core.is_tensor(k) and k.ndim == 4 and core.is_tensor(vbs) and vbs.ndim == 1 and vbs.shape[1] > 0 then
+    return k.shape[sdim] / vbs.shape[1]
+  end
+end
+
+-- backward_supported(name, q [, k [, vbs [, opts]]]) -> ok, why: can
+-- backward `name` ('reference', 'sm90a', 'sm90a-v5', 'sm100a', ...) take
+-- these tensors on their device? The block size comes from k and vbs as in
+-- backward (64 when they are not given), the layout from opts.layout.
+-- Decided from shapes, dtypes and the device, never tensor contents.
+function M.backward_supported(name, q, k, vbs, opts)
   local qdev = device_of("backward_supported", "q", q)
   local device = qdev == "cpu" and "cpu" or "cuda"
-  if q.dtype ~= "bf16" or q.ndim ~= 4 then return false, "q must be a bf16 [B,H,S,D] tensor" end
+  local layout = type(opts) == "table" and opts.layout or "bhsd"
+  if q.dtype ~= "bf16" or q.ndim ~= 4 then
+    return false, "q must be a bf16 " .. (layout == "bshd" and "[B,S,H,D]" or "[B,H,S,D]") .. " tensor"
+  end
   if k ~= nil then
     local kdev = device_of("backward_supported", "k", k)
     if kdev ~= qdev then return false, "k is on " .. kdev .. ", q on " .. qdev end
   end
-  return M.backends.supported(name, device, {D = q.shape[4]})
+  return M.backends.supported(name, device, {D = q.shape[4], block = block_of(k, vbs, opts) or 64,
+    layout = layout})
 end
 
 -- backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs [, opts]) -> dq, dk,
 -- dv, name: the native kernel for the device (sm90a on compute capability
 -- 9.0, sm100a on 10.x: compiled and emulated, never run on Blackwell here)
--- when it takes these shapes, the reference otherwise; `name` says which
--- one ran.
+-- when it takes these shapes and this block size, the reference otherwise;
+-- `name` says which one ran.
 function M.backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
   local device = device_of("backward", "q", q) == "cpu" and "cpu" or "cuda"
-  -- The block size the references take from vbs (Skv / its length): the
-  -- native kernels take 64 only, so 128 falls back to the reference.
-  -- Tokens are dim 3 in bhsd, dim 2 in bshd (opts.layout).
-  local sdim = type(opts) == "table" and opts.layout == "bshd" and 2 or 3
-  local block = (core.is_tensor(k) and k.ndim == 4 and core.is_tensor(vbs) and vbs.ndim == 1 and vbs.shape[1] > 0)
-    and k.shape[sdim] / vbs.shape[1] or nil
-  local b = M.backends.pick(device, {D = q.shape[4], block = block})
+  local b = M.backends.pick(device, {D = q.shape[4], block = block_of(k, vbs, opts),
+    layout = type(opts) == "table" and opts.layout or nil})
   local fn = b.name == "reference" and core.backward_ref or core["backward_" .. b.name]
   local dq, dk, dv = fn(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
   return dq, dk, dv, b.name

@@ -297,6 +297,11 @@ function M.main(argv)
       local more = msg:match("^db:q runs one statement; (found more after it.*)$")
       local mine = msg:match("^db:q: (the SQL takes .*)$") or (more and "one statement a query; " .. more)
       if mine then return fail(mine, 2) end
+      -- Damage found only when a statement reads the page: the same exit 2
+      -- as damage found on opening the file.
+      if msg:find("malformed", 1, true) or msg:find("not a database", 1, true) then
+        return fail("the database file is corrupt (" .. msg:gsub("^db:q: ", "") .. ")", 2)
+      end
       return fail(msg, 1)
     end
     M.print_rows(rows, rows.columns or columns_of(rows), o.format)

@@ -487,8 +487,9 @@ set_num(lua_State *L, const char *k, double v)
 }
 
 /* vsalab.device_info([n]) -> {name, cc, sm_count, driver, runtime,
- * sm_clock_mhz, mem_clock_mhz, memory_gib, l2_mib, smem_optin_kib, index,
- * uuid} */
+ * sm_clock_mhz, mem_clock_mhz, memory_gib, free_gib, l2_mib, smem_optin_kib,
+ * index, uuid}. free_gib (cudaMemGetInfo: what every process leaves free
+ * now) only for the current device. */
 static int
 l_device_info(lua_State *L)
 {
@@ -513,6 +514,11 @@ l_device_info(lua_State *L)
   set_num(L, "sm_clock_mhz", d.sm_clock_khz / 1000.0);
   set_num(L, "mem_clock_mhz", d.mem_clock_khz / 1000.0);
   set_num(L, "memory_gib", d.total_mem_bytes / 1073741824.0);
+  size_t free_b = 0, total_b = 0;
+  if (dev == vsa_lua_current_device() && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+    set_num(L, "free_gib", free_b / 1073741824.0);
+  else
+    (void)cudaGetLastError();
   set_num(L, "l2_mib", d.l2_bytes / 1048576.0);
   set_num(L, "smem_optin_kib", d.smem_per_block_optin / 1024.0);
   return 1;

@@ -177,12 +177,18 @@ describe("#gpu layouts", function()
       end
       local why = unavailable("sm90a", {D = 128, block = block, layout = "bshd"})
       if why then pending("sm90a: " .. why) return end
-      -- Five inputs and three outputs of 4 GiB each, the reference
-      -- forward's f32 o (8 GiB), one transposing copy and sm90a's q_chunk
-      -- partials (8·B·H·S·D bytes, 16 GiB): about 64 GiB.
-      local gib = vsalab.device_info().memory_gib or 0
-      if gib - vsalab.device_bytes() / 2^30 < 72 then
-        pending(string.format("needs about 72 GiB free, the GPU has %.0f GiB", gib)) return
+      -- Five inputs and three outputs of 4 GiB each (32), sm90a's scratch
+      -- (the f32 dQ accumulator, 8, and q chunking's f32 dK/dV partials,
+      -- 16), the reference forward's f32 o (8) and one transposing copy
+      -- (4): 68 GiB at the peak, and the allocator's slack on top. An
+      -- 80 GB H100 (79 GiB free) failed the scratch allocation on
+      -- 2026-12-05, so ask for more than that, of what is free now.
+      collectgarbage()
+      collectgarbage()
+      local info = vsalab.device_info()
+      local free_gib = info.free_gib or info.memory_gib or 0
+      if free_gib < 84 then
+        pending(string.format("needs about 84 GiB free, the GPU has %.0f GiB free", free_gib)) return
       end
       local H16, D = 16, 128
       local S = 2^20 + block -- B·S·H·D = 2^31 + block·H·D elements

@@ -35,7 +35,11 @@ case $timing in hot|sustained) ;; *) fail "TIMING must be hot or sustained, not 
 for part in "$@"; do
   case $part in seed|wan|dense|table) ;; *) fail "unknown part '$part' (seed, wan, dense, table)" ;; esac
 done
-[[ ${SEED_SQ:-[1]} =~ ^\[[0-9]+(,[0-9]+)*\]$ ]] || fail "SEED_SQ must be a list of token counts such as [4096,16384], not '$SEED_SQ'"
+[[ ${SEED_SQ:-[128]} =~ ^\[[0-9]+(,[0-9]+)*\]$ ]] || fail "SEED_SQ must be a list of token counts such as [4096,16384], not '$SEED_SQ'"
+# The seed and dense parts run block 128: every length a whole number of blocks.
+for n in $(echo "${SEED_SQ:-[128]}" | tr -d '[]' | tr ',' ' '); do
+  [ $((10#$n % 128)) -eq 0 ] && [ "$((10#$n))" -gt 0 ] || fail "SEED_SQ: $n is not a positive multiple of 128 (the block sizes are 64 and 128)"
+done
 case " $* " in *" seed "*|*" wan "*|*" dense "*) mkdir -p "$(dirname "$db")" ;; esac
 # The peers' inputs go through .npy files, 5 GB a point at Wan 720P H40:
 # in memory (/dev/shm) where it has room, unless VSALAB_PEER_TMP says.
@@ -47,9 +51,16 @@ fi
 # sm90a-v5 (128-row tiles, block 128 only) runs at block 128 beside sm90a,
 # whose block-128 path is v4 on sub-block lists; at 64 its rows are skipped.
 kernels=sm90a,sm90a-fp32,sm90a-v5,sm90a-v5-fp32,cudnn_bsa,fa4,triton
+# The exit status: the largest of the commands' (2, a usage error, stays 2).
 status=0
-run() { echo "+ $*"; "$bin" run --db "$db" --timing "$timing" "$@" || status=1; }
-for part in "$@"; do
+keep() { [ "$1" -gt "$status" ] && status=$1; return 0; }
+run() { echo "+ $*"; "$bin" run --db "$db" --timing "$timing" "$@"; keep $?; }
+# The measuring parts in the order given, then the table (`table seed` prints
+# what seed measured).
+parts=()
+for part in "$@"; do [ "$part" = table ] || parts+=("$part"); done
+case " $* " in *" table "*) parts+=(table) ;; esac
+for part in "${parts[@]}"; do
   case $part in
     seed) run experiments/seed_sweep.lua -a "Sq=${SEED_SQ:-[4096,8192,16384,32768,65536,131072]}" \
             -a "block=[64,128]" kernels=$kernels peers=cudnn_bsa,fa4,triton ;;
@@ -84,12 +95,12 @@ for part in "$@"; do
           sum(passed = 0) AS failed
         FROM r WHERE kernel <> 'cudnn_dense'
         GROUP BY r.mode, r.layout, r.block, r.H, r.Sq, r.density, r.experiment
-        ORDER BY r.mode, r.layout, r.block, r.experiment DESC, r.Sq, r.density" || status=1
+        ORDER BY r.mode, r.layout, r.block, r.experiment DESC, r.Sq, r.density"; keep $?
       "$bin" query --db "$db" --format markdown "SELECT mode, H, Sq, round(tflops, 1) AS cudnn_dense, passed,
-        round(worst_rel_l2, 5) AS worst_rel_l2 FROM result_summary WHERE kernel = 'cudnn_dense' ORDER BY mode, H, Sq" || status=1
+        round(worst_rel_l2, 5) AS worst_rel_l2 FROM result_summary WHERE kernel = 'cudnn_dense' ORDER BY mode, H, Sq"; keep $?
       "$bin" query --db "$db" --format markdown "SELECT kernel, count(*) AS rows, sum(passed = 1) AS passed,
         sum(passed = 0) AS failed, sum(passed IS NULL) AS unchecked_or_skipped, round(max(worst_rel_l2), 5) AS worst_rel_l2
-        FROM result_summary WHERE kernel NOT IN ('invert', 'gemm_bf16', 'config') GROUP BY kernel" || status=1 ;;
+        FROM result_summary WHERE kernel NOT IN ('invert', 'gemm_bf16', 'config') GROUP BY kernel"; keep $? ;;
   esac
 done
 exit $status

@@ -19,6 +19,18 @@ describe("experiment arguments", function()
     refused("smoke.lua kernels=reference,sm90a-v4-det", "'sm90a-v4-det' is now 'sm90a-v4'")
   end)
 
+  it("refuses empty list elements, and a one-block-size kernel named for points of another", function()
+    refused("smoke.lua kernels=,", "argument 'kernels': empty element in ','")
+    refused("smoke.lua kernels=reference,", "argument 'kernels': empty element in 'reference,'")
+    refused("smoke.lua kernels=reference,,sm90a", "argument 'kernels': empty element in 'reference,,sm90a'")
+    -- Known without a GPU: sm90a-v5 takes block 128 alone.
+    refused("seed_sweep.lua kernels=sm90a-v5 -a block=[64]",
+      "argument 'kernels': sm90a-v5 takes block 128 only, and no point of this run has it (give -a block=[128])")
+    local rc, _, err = H.vsalab("run --check --db " .. dir .. "/a.db " .. exp
+      .. "seed_sweep.lua kernels=sm90a-v5 -a block=[64,128]")
+    assert.equal(0, rc, err)
+  end)
+
   it("refuses counts that are not integers in range (--check passed them; the GPU run failed later)", function()
     refused("wan720p.lua check_heads=abc", "argument 'check_heads': expected an integer >= 1, got 'abc'")
     refused("wan720p.lua check_blocks=0", "argument 'check_blocks': expected an integer >= 1, got '0'")

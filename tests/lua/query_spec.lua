@@ -228,6 +228,41 @@ describe("result queries", function()
     assert.equal(2, (H.vsalab("runs --db " .. dir .. "/none.db")))
   end)
 
+  it("writes valid JSON whatever bytes a column holds", function()
+    local jdb = dir .. "/bytes.db"
+    assert.equal(0, os.execute("cp " .. db .. " " .. jdb))
+    local d = vsalab.db_open(jdb)
+    -- A stray byte, a surrogate, an overlong '/', a truncated sequence, and
+    -- a well-formed 4-byte one that must stay as it is.
+    d:q("UPDATE result SET note = ? WHERE id = 1", "a\255b \237\160\128 \192\175 \226\130 ok \240\159\152\128")
+    d:close()
+    local rc, out, err = H.vsalab("query --db " .. jdb .. " \"SELECT note FROM result WHERE id = 1\" --format json")
+    assert.equal(0, rc, err)
+    local R = "\239\191\189"
+    assert.truthy(out:find('"a' .. R .. 'b ' .. R:rep(3) .. ' ' .. R:rep(2) .. ' ' .. R:rep(2) .. ' ok \240\159\152\128"', 1, true), out)
+  end)
+
+  it("exits 2 for damage first seen when a statement reads the page", function()
+    local cdb = dir .. "/damaged.db"
+    assert.equal(0, os.execute("cp " .. db .. " " .. cdb))
+    local d = vsalab.db_open(cdb, {readonly = true})
+    local root = d:q("SELECT rootpage FROM sqlite_master WHERE name = 'result'")[1].rootpage
+    local psize = d:q("PRAGMA page_size")[1].page_size
+    d:close()
+    -- The header opens fine; the table's first page is garbage (an
+    -- impossible page type first, random bytes after).
+    local f = assert(io.open(cdb, "r+b"))
+    f:seek("set", (root - 1) * psize)
+    local junk = {"\255"}
+    math.randomseed(os.time())
+    for i = 2, psize do junk[i] = string.char(math.random(0, 255)) end
+    f:write(table.concat(junk))
+    f:close()
+    local rc, _, err = H.vsalab("query --db " .. cdb .. " \"SELECT * FROM result\"")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("vsalab query: the database file is corrupt", 1, true), err)
+  end)
+
   it("takes a --db that reads as a URI as a file name, for run and runs alike", function()
     local cwd = H.tmpdir()
     local name = "file:u.db?mode=memory"

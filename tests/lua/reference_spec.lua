@@ -278,6 +278,16 @@ describe("vsalab.backward", function()
     ok, why = v5.supported("cuda", {block = 64, D = 128})
     assert.is_false(ok)
     assert.truthy(why:find("sm90a-v5 takes block 128 only, got 64", 1, true), why)
+    -- backward_supported derives the block size from k and vbs, as
+    -- backward does (it asked for 64 whatever the tensors were).
+    ok, why = vsalab.backward_supported("sm90a-v5", p.q, p.k, p.vbs)
+    assert.is_false(ok)
+    assert.truthy(why:find("takes block 128 only, got 64", 1, true), why)
+    local p128 = vsalab.problem.build{B = 1, H = 1, Sq = 256, D = 16, block = 128, topk = 1, seed = H.seed(),
+      device = "cpu", layout = "bshd"}
+    ok, why = vsalab.backward_supported("sm90a-v5", p128.q, p128.k, p128.vbs, {layout = "bshd"})
+    assert.is_false(ok)
+    assert.truthy(why:find("runs on CUDA tensors", 1, true), why)
     -- Bad arguments are named.
     assert.truthy(H.err(vsalab.backward_supported, "reference", p.q, 5):find("k must be a tensor", 1, true))
     local gone = p.q:clone()
