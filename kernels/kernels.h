@@ -122,8 +122,9 @@ cudaError_t bsa_backward_ref(const vsa_shape *s, const uint16_t *d_dO,
  * at once stays in L2 at long sequences; dK/dV partials pass between a kv
  * block's chunks in chunk order (deterministic). Returns
  * cudaErrorInvalidValue for shapes or options it does not take (s->block
- * other than 64 and 128 among them, and v5 at block 64; at block 128
- * v3 means v4 on 64-token sub-block lists; s->layout other than BHSD and BSHD; B·H·S of 2^31 rows or more).
+ * other than 64 and 128 among them, and v5 at block 64; s->layout other
+ * than BHSD and BSHD; B·H·S of 2^31 rows or more). At block 128, v3 (the
+ * default) means v5, and v4 runs on 64-token sub-block lists.
  */
 typedef enum {
   VSA_SM90A_ATOMIC = 0,

@@ -189,6 +189,14 @@ named_sync_any(int id, int count)
   asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+/* barrier.arrive: count this warp's threads in on named barrier `id` of
+ * `count` and go on (the other side waits with named_sync_any). */
+__device__ __forceinline__ void
+named_arrive_any(int id, int count)
+{
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 template <int N>
 __device__ __forceinline__ void
 setmaxnreg_inc()

@@ -36,6 +36,7 @@
  * for sm_90a only; head dim 128.
  */
 #include <cuda.h>
+#include <type_traits>
 #include <cuda_bf16.h>
 
 #include "../kernels.h"
@@ -50,8 +51,23 @@ constexpr int STAGES = 2;
 constexpr int THREADS = 3 * CONSUMER_THREADS;
 constexpr int QROWS = 2 * BLK;  // q rows a stage
 // Named barriers: 0 is __syncthreads, 1 and 2 the consumer warpgroups, 3
-// both consumer warpgroups.
-constexpr int BAR_WG0 = 1, BAR_BOTH = 3;
+// both consumer warpgroups, 4 and 5 the ping-pong turns (warpgroup w waits
+// on 4 + w).
+constexpr int BAR_WG0 = 1, BAR_BOTH = 3, BAR_TURN0 = 4;
+
+/* Ping-pong: the consumer warpgroups take turns issuing GEMMs (S^T/dP^T,
+ * then dV/dK, twice a pair), so one's exponentials and dS^T overlap the
+ * other's GEMMs instead of both waiting on the tensor cores at once. WG
+ * waits for its turn and hands the turn over after issuing; warpgroup 1
+ * hands warpgroup 0 the first turn. Both walk the same list, so the turns
+ * balance; warpgroup 1's last hand-over is never taken (a named barrier
+ * left part-arrived at exit is harmless). VSALAB_ABLATE=v5_no_pingpong
+ * turns it off, to measure what it buys. */
+template <int WG>
+struct turn_gate {
+  __device__ __forceinline__ static void wait() { named_sync_any(BAR_TURN0 + WG, 2 * CONSUMER_THREADS); }
+  __device__ __forceinline__ static void pass() { named_arrive_any(BAR_TURN0 + 1 - WG, 2 * CONSUMER_THREADS); }
+};
 // Shared memory map (bytes from a 1024-aligned base):
 //   K_0, V_0, K_1, V_1 (one TILE each; K_h at h·2·TILE);
 //   four dS^T tiles, (kv half h, q half t) at OFF_DS + (2t + h)·REGION, so
@@ -197,7 +213,7 @@ producer(const sm90_ws_params &p, int64_t bh, int J, int lo, int hi, uint32_t ba
 }
 
 /* Consumer warpgroup WG: kv rows 64·WG.. of 128-token kv block J. */
-template <bool FIXED, int WG>
+template <bool FIXED, int WG, bool PINGPONG>
 __device__ __forceinline__ void
 consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
          unsigned char *base_ptr)
@@ -217,6 +233,8 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
   for (int x = 0; x < 64; x++) acc_dk[x] = acc_dv[x] = 0.f;
 
   const int *tags = reinterpret_cast<const int *>(base_ptr + OFF_TAGS);
+  using gate = typename std::conditional<PINGPONG, turn_gate<WG>, no_gate>::type;
+  if (PINGPONG && WG == 1) gate::pass(); // warpgroup 0 issues first
   bool kv_ready = false;
   for (int n = 0;; n++) {
     const int s = n % STAGES;
@@ -250,7 +268,7 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
 #pragma unroll 1
     for (int t = 0; t < 2; t++) {
       uint32_t a_p[16], a_ds[16];
-      pair_dkdv<half0>(base, base_ptr + t * TILE, st + t * TILE, st + (2 + t) * TILE,
+      pair_dkdv<half0, gate>(base, base_ptr + t * TILE, st + t * TILE, st + (2 + t) * TILE,
                        lse + t * BLK, delta + t * BLK, p.scale_log2, valid0, valid1, acc_dk,
                        acc_dv, a_p, a_ds);
       wgmma_wait<0>(); // the second time: this warpgroup no longer reads the stage
@@ -308,7 +326,7 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
             p.kv_sem + bh * p.nkv + j, p.dk, p.dv, p.sm_scale, bar, acc_dk, acc_dv);
 }
 
-template <bool FIXED>
+template <bool FIXED, bool PINGPONG>
 __global__ void __launch_bounds__(THREADS, 1)
 bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
 {
@@ -345,8 +363,8 @@ bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
   }
 
   setmaxnreg_inc<240>();
-  if (wg == 0) consumer<FIXED, 0>(p, bh, J, c, base, base_ptr);
-  else consumer<FIXED, 1>(p, bh, J, c, base, base_ptr);
+  if (wg == 0) consumer<FIXED, 0, PINGPONG>(p, bh, J, c, base, base_ptr);
+  else consumer<FIXED, 1, PINGPONG>(p, bh, J, c, base, base_ptr);
 #endif
 }
 
@@ -355,7 +373,10 @@ bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
 cudaError_t
 sm90_b128_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
-  static bool configured = false;
-  return sm90_launch_main(bwd_b128_kernel<false>, bwd_b128_kernel<true>, THREADS, SMEM_BYTES,
-                          configured, p, stream);
+  static bool configured = false, configured_lockstep = false;
+  if (vsa_bwd::ablate("v5_no_pingpong"))
+    return sm90_launch_main(bwd_b128_kernel<false, false>, bwd_b128_kernel<true, false>, THREADS,
+                            SMEM_BYTES, configured_lockstep, p, stream);
+  return sm90_launch_main(bwd_b128_kernel<false, true>, bwd_b128_kernel<true, true>, THREADS,
+                          SMEM_BYTES, configured, p, stream);
 }

@@ -366,16 +366,18 @@ bsa_backward_sm90a(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q
   if (vsa_bwd::block_of(s) == 128) {
     // Block 128 runs on the 64-token view (one small launch expands the
     // lists: sub-block lists, vbs halves, the counts of v4's work order),
-    // then either v4 on the sub-block lists, whose CTA owns both 64-row
-    // halves of a kv block and shares every q tile between them, or v5
-    // with 128-row tiles on the 128-token lists (kernels/NOTES.md).
+    // then v5 with 128-row tiles on the 128-token lists (the default:
+    // faster than v4 at every block-128 point measured, kernels/NOTES.md)
+    // or, asked for by version, v4 on the sub-block lists, whose CTA owns
+    // both 64-row halves of a kv block and shares every q tile between
+    // them.
     vsa_shape s64;
     vsa_bwd::expanded_lists x;
     void *tail = static_cast<char *>(d_scratch) + scratch_bytes_64(s, q_chunk);
     cudaError_t e = vsa_bwd::as_64_token(s, d_k2q_idx, d_k2q_num, k2q_width, d_vbs, tail, &s64,
                                          &x, stream);
     if (e != cudaSuccess) return e;
-    if (variant == VSA_SM90A_WS) variant = VSA_SM90A_KV2;
+    if (variant == VSA_SM90A_WS) variant = VSA_SM90A_B128;
     if (variant == VSA_SM90A_B128 && q_chunk > 0) q_chunk += q_chunk & 1; // whole 128-token blocks
     return backward_64(&s64, d_dO, d_q, d_k, d_v, d_o, d_lse, x.k2q_idx, x.k2q_num, x.width,
                        x.vbs, d_scratch, d_dq, d_dk, d_dv, variant, deterministic, q_chunk,

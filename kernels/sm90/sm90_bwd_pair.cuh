@@ -174,7 +174,15 @@ struct kv_tiles {
  * visible with a named barrier before any dQ GEMM reads it, and runs the
  * dQ GEMM itself: written out at each call site, because ptxas serialised
  * every wgmma of v3 (C7512) when that loop was a function of its own. */
-template <class T>
+/* No gate: a warpgroup issues its GEMMs when it reaches them. */
+struct no_gate {
+  __device__ __forceinline__ static void wait() {}
+  __device__ __forceinline__ static void pass() {}
+};
+
+/* Gate::wait() before each of the two GEMM issues (S^T/dP^T, dV/dK) and
+ * Gate::pass() after it: v5's ping-pong makes two warpgroups take turns. */
+template <class T, class Gate = no_gate>
 __device__ __forceinline__ void
 pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, const float *lse,
           const float *delta, float scale_log2, bool valid0, bool valid1, float *acc_dk,
@@ -185,6 +193,7 @@ pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, con
 
   // S^T = K Q^T and dP^T = V dO^T: two commit groups.
   float acc_s[32], acc_dp[32];
+  Gate::wait();
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 8; kk++) {
@@ -198,6 +207,7 @@ pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, con
     wgmma_ss_n64<0, 0>(acc_dp, desc_kmajor(base + T::v + off), desc_kmajor(sdO + off), kk > 0);
   }
   wgmma_commit();
+  Gate::pass();
 
   // lse_i and Delta_i of this thread's columns, read before the waits (a
   // wait is a compiler memory barrier: loads after it stall the softmax).
@@ -246,6 +256,7 @@ pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, con
     *reinterpret_cast<uint32_t *>(base_ptr + T::ds + sw128_offset(r1, col)) = a_ds[2 * jn + 1];
   }
   // dV += P^T dO, dK += dS^T Q (dO, Q read N-major).
+  Gate::wait();
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; kk++)
@@ -254,6 +265,7 @@ pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, con
   for (int kk = 0; kk < 4; kk++)
     wgmma_rs_n128<1>(acc_dk, &a_ds[4 * kk], desc_mnmajor(sQ + kk * 2048));
   wgmma_commit();
+  Gate::pass();
   fence_proxy_async(); // dS^T is read by the async proxy (wgmma) next
 }
 

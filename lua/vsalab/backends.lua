@@ -228,7 +228,7 @@ local function sm90a(name, version, det, description, variant_of, only_block)
     "backward_sm90a", {version = version, deterministic = det})
 end
 sm90a("sm90a", 3, true,
-  "native Hopper backward (v3): warp-specialized, TMA + mbarrier producer, bulk dQ reduce, dQ in int32 fixed point (same bits every run)")
+  "native Hopper backward (v3 at block 64, v5 at 128): warp-specialized, TMA + mbarrier producer, bulk dQ reduce, dQ in int32 fixed point (same bits every run)")
 sm90a("sm90a-fp32", 3, false,
   "sm90a with dQ summed in fp32 in arrival order (faster at small shapes; not reproducible bit for bit)")
 -- Earlier versions, kept to measure against in the same run; the case

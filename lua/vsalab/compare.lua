@@ -373,7 +373,10 @@ function M.main(argv)
   local ok2, sa = pcall(M.resolve_side, db, refs[1])
   local ok3, sb = pcall(M.resolve_side, db, refs[2])
   if not (ok2 and ok3) then
-    io.stderr:write("vsalab compare: ", tostring(ok2 and sb or sa), "\n")
+    -- Damage found mid-read names the command already: not prefixed again.
+    local err = ok2 and sb or sa
+    if require("vsalab.usage").is(err) then error(err, 0) end
+    io.stderr:write("vsalab compare: ", tostring(err), "\n")
     return 2
   end
   -- Shards of one sweep are one run: name the run by its first shard.

@@ -124,8 +124,10 @@ function M.run(e)
       if ok and #e.configs > 0 then
         local first_why
         for _, c in ipairs(e.configs) do
-          local pok, pwhy = backends.supported(name, device,
-            {block = c.block or 64, layout = c.layout or "bhsd", D = c.D or 128})
+          -- The point's fields (H, Sq, ...) with the defaults problem.build
+          -- gives the three every kernel checks.
+          local pok, pwhy = backends.supported(name, device, setmetatable(
+            {block = c.block or 64, layout = c.layout or "bhsd", D = c.D or 128}, {__index = c}))
           if pok then first_why = nil break end
           first_why = first_why or pwhy
         end

@@ -126,7 +126,8 @@ function M.run_config(e, i, c, device, seed, rows, n)
           and not done[b.name] then
         local ok, why = b.supported(device, p)
         if not ok then
-          M.backend_failed(e, c, p, b, hash, "backend " .. b.name .. " skipped: " .. tostring(why),
+          M.backend_failed(e, c, p, b, hash, "backend " .. b.name .. " skipped: "
+            .. (why ~= nil and tostring(why) or "it does not take this point (its supported() gave no reason)"),
             device, rows, label, i, n)
         end
       end

@@ -363,7 +363,14 @@ function M.main(argv)
   local ids, sides, seen, kernels, whole = {}, {}, {}, {}, {}
   for _, ref in ipairs(refs) do
     local okr, side = pcall(require("vsalab.compare").resolve_side, db, ref)
-    if not okr then db:close(); io.stderr:write("vsalab report: ", tostring(side), "\n"); return 2 end
+    if not okr then
+      db:close()
+      -- Damage found mid-read is a usage error that names the command
+      -- already ("report: X is damaged"): passed on, not prefixed again.
+      if require("vsalab.usage").is(side) then error(side, 0) end
+      io.stderr:write("vsalab report: ", tostring(side), "\n")
+      return 2
+    end
     -- A sweep's shards are one run, named by its first shard as `runs`
     -- and `compare` name it (any shard's id, or the default's latest row,
     -- may have named it).

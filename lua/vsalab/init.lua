@@ -53,6 +53,12 @@ end
 -- backward (64 when they are not given), the layout from opts.layout.
 -- Decided from shapes, dtypes and the device, never tensor contents.
 function M.backward_supported(name, q, k, vbs, opts)
+  if not pcall(M.backends.get, name) then
+    local known = {}
+    for _, b in ipairs(M.backends.list) do known[#known + 1] = b.name end
+    error("backward_supported: name: no backward '" .. tostring(name) .. "' (known: "
+      .. table.concat(known, ", ") .. ")", 2)
+  end
   local qdev = device_of("backward_supported", "q", q)
   local device = qdev == "cpu" and "cpu" or "cuda"
   local layout = type(opts) == "table" and opts.layout or "bhsd"
@@ -77,7 +83,10 @@ function M.backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
   local b = M.backends.pick(device, {D = q.shape[4], block = block_of(k, vbs, opts),
     layout = type(opts) == "table" and opts.layout or nil})
   local fn = b.name == "reference" and core.backward_ref or core["backward_" .. b.name]
-  local dq, dk, dv = fn(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
+  -- Called here, the binding's error took this line's position ("init.lua:80:
+  -- dO: ..."): raised at backward's caller instead, naming backward.
+  local ok, dq, dk, dv = pcall(fn, dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
+  if not ok then error("backward: " .. tostring(dq), 2) end
   return dq, dk, dv, b.name
 end
 M.problem = require "vsalab.problem"

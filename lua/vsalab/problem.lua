@@ -98,55 +98,94 @@ M.fields = {"B", "H", "Sq", "Skv", "latent", "D", "block", "density", "topk", "r
 local known = {}
 for _, k in ipairs(M.fields) do known[k] = true end
 
+-- build's errors name the field and carry no source position (as
+-- parse_lists'): the message is the same from a script or an experiment.
+local function bad(fmt, ...)
+  error("problem.build: " .. string.format(fmt, ...), 0)
+end
+
+-- A value as a message shows it: strings quoted, a table by its length.
+local function shown(v)
+  if type(v) == "table" then return string.format("a table of %d entries", #v) end
+  return type(v) == "string" and string.format("%q", v) or tostring(v)
+end
+
+-- fn(...) for a core call that reads build's fields (device, density,
+-- topk, ragged, sm_scale, vbs): its error, which names the field, raised
+-- as build's without this file's position.
+local function call(fn, ...)
+  local r = {pcall(fn, ...)}
+  if not r[1] then bad("%s", (tostring(r[2]):gsub("^[^:\n]*%.lua:%d+: ", ""))) end
+  return unpack(r, 2, table.maxn(r))
+end
+
+-- Field name: an integer in [lo, hi] (B, H and D were shapes' "entry 2").
+local function int_field(name, v, lo, hi)
+  if type(v) ~= "number" or v ~= math.floor(v) or v < lo or v > hi then
+    bad("%s must be an integer in [%d, %d], got %s", name, lo, hi, shown(v))
+  end
+end
+
 function M.build(s)
-  if type(s) ~= "table" then error("problem.build: expected a table of fields", 2) end
+  if type(s) ~= "table" then bad("expected a table of fields") end
   require("vsalab.run").check_stop("problem.build")
   -- A misspelt field (ragegd=true) would build another problem unseen.
   for k in pairs(s) do
     if not known[k] then
-      error(string.format("problem.build: unknown field '%s' (takes %s)", tostring(k),
-        table.concat(M.fields, ", ")), 2)
+      bad("unknown field '%s' (takes %s)", tostring(k), table.concat(M.fields, ", "))
     end
   end
   local dev = s.device or M.default_device()
-  local B, H, D = s.B or 1, assert(s.H, "H is required"), s.D or 128
+  local B, H, D = s.B or 1, s.H, s.D or 128
+  if H == nil then bad("H is required") end
+  int_field("B", B, 1, 65535)
+  int_field("H", H, 1, 65535)
+  if B * H > 65535 then bad("B*H = %d exceeds 65535", B * H) end
+  if type(D) ~= "number" or D % 16 ~= 0 or D < 16 or D > 256 then
+    bad("D must be a multiple of 16 in [16, 256], got %s", shown(D))
+  end
   local seed = s.seed
   if type(seed) ~= "number" or seed < 0 or seed ~= math.floor(seed) or seed >= 2^48 then
-    error("problem.build: seed must be an integer in [0, 2^48) (tensor seeds are 16*seed+k)", 2)
+    bad("seed must be an integer in [0, 2^48) (tensor seeds are 16*seed+k)")
   end
   local block = s.block == nil and blocks.default or s.block
   if not blocks.supported(block) then
     -- A string "128" read as the number it spells: "block size 128 is not
     -- supported" then contradicted the list beside it.
-    error(string.format("problem.build: block size %s is not supported (supported: %s)",
+    bad("block size %s is not supported (supported: %s)",
       type(block) == "string" and string.format("%q (a string; give the number)", block) or tostring(block),
-      blocks.text()), 2)
+      blocks.text())
   end
   local ok_layout, layout = pcall(layouts.check, s.layout, "problem.build: layout")
-  if not ok_layout then error(layout, 2) end
+  if not ok_layout then error(layout, 0) end
   local vbs, Sq, Skv
   if s.latent then
+    local l = s.latent
+    if type(l) ~= "table" or #l ~= 3 then bad("latent must be {T, H, W}, got %s", shown(l)) end
+    for x, name in ipairs{"T", "H", "W"} do int_field("latent " .. name, l[x], 1, 2^20) end
     local nblocks
-    vbs, Sq, nblocks = core.video_blocks{T = s.latent[1], H = s.latent[2],
-      W = s.latent[3], block = block, device = dev}
+    vbs, Sq, nblocks = call(core.video_blocks, {T = l[1], H = l[2], W = l[3], block = block, device = dev})
     Skv = Sq
   else
-    Sq = assert(s.Sq, "Sq (or latent) is required")
+    Sq = s.Sq
+    if Sq == nil then bad("Sq (or latent) is required") end
     Skv = s.Skv or Sq
     -- Sq first: a bad Sq is also the default Skv, and the error names what was given.
     for _, name in ipairs{"Sq", "Skv"} do
       local v = name == "Sq" and Sq or Skv
       if type(v) ~= "number" or v <= 0 or v % block ~= 0 then
-        error(string.format("problem.build: %s = %s is not a positive multiple of the block size %d",
-          name, tostring(v), block), 2)
+        bad("%s = %s is not a positive multiple of the block size %d", name, tostring(v), block)
       end
     end
-    -- vbs of another block size failed later as 'q2k_num: expected shape ...'.
-    if core.is_tensor(s.vbs) and not (s.vbs.ndim == 1 and s.vbs.shape[1] == Skv / block) then
-      error(string.format("problem.build: vbs: expected shape [%d] (Skv %d / block %d), got [%s]",
-        Skv / block, Skv, block, table.concat(s.vbs.shape, ",")), 2)
+    if s.vbs ~= nil and not core.is_tensor(s.vbs) then
+      bad("vbs must be an i32 tensor [%d] (Skv / block), got %s", Skv / block, type(s.vbs))
     end
-    vbs = s.vbs or core.full({Skv / block}, block, {dtype = "i32", device = dev})
+    -- vbs of another block size failed later as 'q2k_num: expected shape ...'.
+    if s.vbs and not (s.vbs.ndim == 1 and s.vbs.shape[1] == Skv / block) then
+      bad("vbs: expected shape [%d] (Skv %d / block %d), got [%s]", Skv / block, Skv, block,
+        table.concat(s.vbs.shape, ","))
+    end
+    vbs = s.vbs or call(core.full, {Skv / block}, block, {dtype = "i32", device = dev})
   end
   local nq, nkv = Sq / block, Skv / block
   local p = {B = B, H = H, Sq = Sq, Skv = Skv, D = D, block = block, nq = nq, nkv = nkv,
@@ -157,40 +196,40 @@ function M.build(s)
   local latent = s.latent
   if kind == "vsa" then
     if s.ragged then
-      error("problem.build: ragged lists are random lists (lists='vsa:ℓ' gives every q block its top-k)", 2)
+      bad("ragged lists are random lists (lists='vsa:ℓ' gives every q block its top-k)")
     end
     if not latent then
       if s.vbs then
-        error(string.format("problem.build: lists='%s' takes its block sizes from the latent: give latent, not vbs", p.lists), 2)
+        bad("lists='%s' takes its block sizes from the latent: give latent, not vbs", p.lists)
       end
       if Sq ~= Skv then
-        error(string.format("problem.build: lists='%s' needs Sq = Skv (one latent), got %d and %d", p.lists, Sq, Skv), 2)
+        bad("lists='%s' needs Sq = Skv (one latent), got %d and %d", p.lists, Sq, Skv)
       end
       latent = M.grid_latent(nq, block)
       p.latent = latent
     end
     p.ell = ell
   end
-  p.q = tensor({B, H, Sq, D}, dev, 16 * seed + 1)
-  p.k = tensor({B, H, Skv, D}, dev, 16 * seed + 2)
-  p.v = tensor({B, H, Skv, D}, dev, 16 * seed + 3)
-  p.dO = tensor({B, H, Sq, D}, dev, 16 * seed + 4)
+  p.q = call(tensor, {B, H, Sq, D}, dev, 16 * seed + 1)
+  p.k = call(tensor, {B, H, Skv, D}, dev, 16 * seed + 2)
+  p.v = call(tensor, {B, H, Skv, D}, dev, 16 * seed + 3)
+  p.dO = call(tensor, {B, H, Sq, D}, dev, 16 * seed + 4)
   if kind == "vsa" then
     core.smooth_latent(p.q, {latent = latent, ell = ell, block = block})
     core.smooth_latent(p.k, {latent = latent, ell = ell, block = block})
-    p.q2k_idx, p.q2k_num, p.topk = core.vsa_topk{q = p.q, k = p.k, density = s.density,
-      topk = s.topk, latent = latent, block = block}
+    p.q2k_idx, p.q2k_num, p.topk = call(core.vsa_topk, {q = p.q, k = p.k, density = s.density,
+      topk = s.topk, latent = latent, block = block})
   else
-    p.q2k_idx, p.q2k_num, p.topk = core.random_topk{B = B, H = H, nq = nq,
+    p.q2k_idx, p.q2k_num, p.topk = call(core.random_topk, {B = B, H = H, nq = nq,
       nkv = nkv, density = s.density, topk = s.topk, ragged = s.ragged,
-      seed = 16 * seed + 5, device = dev}
+      seed = 16 * seed + 5, device = dev})
   end
   p.density = p.topk / nkv
   p.sharing = core.list_sharing(p.q2k_idx, p.q2k_num, nkv)
   p.pairs = core.pair_count(p.q2k_num)
   p.k2q_idx, p.k2q_num = core.invert_indices(p.q2k_idx, p.q2k_num, nkv)
   if s.forward ~= false then
-    p.o, p.lse = core.forward_ref(p.q, p.k, p.v, p.q2k_idx, p.q2k_num, vbs,
+    p.o, p.lse = call(core.forward_ref, p.q, p.k, p.v, p.q2k_idx, p.q2k_num, vbs,
       {sm_scale = p.sm_scale})
   end
   -- Built in bhsd (the list builders and smooth_latent read [B,H,S,D]);

@@ -299,7 +299,7 @@ function M.main(argv)
       if mine then return fail(mine, 2) end
       -- Damage found only when a statement reads the page: the same exit 2
       -- as damage found on opening the file.
-      if msg:find("malformed", 1, true) or msg:find("not a database", 1, true) then
+      if msg:find("database disk image is malformed", 1, true) or msg:find("file is not a database", 1, true) then
         return fail("the database file is corrupt (" .. msg:gsub("^db:q: ", "") .. ")", 2)
       end
       return fail(msg, 1)

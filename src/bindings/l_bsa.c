@@ -525,12 +525,23 @@ backward_args(lua_State *L, bwd_args *a, int check_vbs)
 {
   attn_dims *d = &a->d;
   memset(d, 0, sizeof *d);
-  /* Pinned before the options are read: an option's __index may free one. */
+  /* Pinned before the options are read: an option's __index may free one;
+   * in argument order, so a call missing them all names dO, its first. */
   static const char *const names[5] = {"dO", "q", "k", "v", "o"};
-  static const int order[5] = {2, 1, 3, 4, 5};
-  for (int i = 0; i < 5; i++) vsa_lua_checkarg(L, order[i], names[order[i] - 1], VSA_BF16, 4);
+  for (int i = 0; i < 5; i++) vsa_lua_checkarg(L, i + 1, names[i], VSA_BF16, 4);
   d->layout = vsa_arg_layout(L, 10);
   a->q = qkv_arg(L, 2, "q", d, 1, NULL, -1, "Sq");
+  /* q sets the shape the others must have; where dO and o agree with each
+   * other but not with q, q is the odd one out (dO was blamed). */
+  const vsa_tensor *dO = lua_touserdata(L, 1), *o = lua_touserdata(L, 5);
+  if (memcmp(dO->shape, o->shape, sizeof o->shape[0] * 4) == 0 &&
+      memcmp(dO->shape, a->q->shape, sizeof o->shape[0] * 4) != 0) {
+    char got[128], want[128];
+    vsa_arg_fmt_shape(a->q->shape, 4, got, sizeof got);
+    vsa_arg_fmt_shape(o->shape, 4, want, sizeof want);
+    vsa_lua_errorf(L, "q: shape %s does not match dO and o, both %s (layout %s)", got, want,
+                   vsa_layout_name(d->layout));
+  }
   a->dO = qkv_arg(L, 1, "dO", d, 0, "q", d->Sq, "Sq");
   a->k = qkv_arg(L, 3, "k", d, 0, "q", -1, "Skv");
   d->Skv = a->k->shape[vsa_arg_seq_dim(d->layout)];

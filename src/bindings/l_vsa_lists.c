@@ -218,10 +218,10 @@ l_vsa_topk(lua_State *L)
   const int sd = vsa_arg_seq_dim(layout);
   int64_t B = q->shape[0], H = q->shape[3 - sd], Sq = q->shape[sd], Skv = k->shape[sd],
           D = q->shape[3];
-  /* k's token count from its size where it divides: a k in the other
-   * layout is then told the shape it should have had. */
-  int64_t kn = k->shape[0] * k->shape[1] * k->shape[2] * k->shape[3];
-  if (B * H * D > 0 && kn % (B * H * D) == 0) Skv = kn / (B * H * D);
+  /* A k in the other layout (q's H where its tokens belong) is told the
+   * shape it should have had; its size over B*H*D was no token count when
+   * B, H or D differ ([1,4,384,32] for q's H 2 was "expected Skv 768"). */
+  if (k->shape[3 - sd] != H && k->shape[sd] == H) Skv = k->shape[3 - sd];
   vsa_arg_token_shape(L, k, "k", layout, "Skv", B, H, Skv, D);
   int block = block_arg(L, 1, "vsa_topk");
   if (Sq < block || Sq % block || Skv < block || Skv % block)

@@ -13,11 +13,13 @@
 #include "db.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "embedded.h"
@@ -454,6 +456,22 @@ connection_name(const vsa_db *db)
   return name;
 }
 
+/* The errno to report for a new file SQLite could not create at path: its
+ * ENOENT is that of the read-only retry after the create failed. The
+ * create is tried again for its own errno (EACCES, EROFS...); a file it
+ * makes after all (O_EXCL: ours) is removed. */
+static int
+create_errno(const char *path, int sys)
+{
+  struct stat sb;
+  if (sys != ENOENT || stat(path, &sb) == 0 || errno != ENOENT) return sys;
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0644);
+  if (fd < 0) return errno;
+  close(fd);
+  unlink(path);
+  return sys;
+}
+
 static int
 open_connection(vsa_db *db)
 {
@@ -471,6 +489,7 @@ open_connection(vsa_db *db)
   free(name);
   if (rc != SQLITE_OK) {
     int sys = db->h ? sqlite3_system_errno(db->h) : 0;
+    if (!db->readonly) sys = create_errno(db->path, sys);
     vsa_fail("db '%s': cannot open: %s%s%s%s", db->path,
              db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc),
              sys ? " (" : "", sys ? strerror(sys) : "", sys ? ")" : "");

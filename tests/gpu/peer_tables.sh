@@ -49,7 +49,8 @@ if [ -z "${VSALAB_PEER_TMP:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
 fi
 [ -f "$db" ] || case " $* " in *" seed "*|*" wan "*|*" dense "*) ;; *) fail "no tables DB at $db (run a part first)" ;; esac
 # sm90a-v5 (128-row tiles, block 128 only) runs at block 128 beside sm90a,
-# whose block-128 path is v4 on sub-block lists; at 64 its rows are skipped.
+# which runs v5 there too (a second measurement of it); at 64 its rows are
+# skipped.
 kernels=sm90a,sm90a-fp32,sm90a-v5,sm90a-v5-fp32,cudnn_bsa,fa4,triton
 # The exit status: the largest of the commands' (2, a usage error, stays 2).
 status=0

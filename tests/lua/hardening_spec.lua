@@ -1202,3 +1202,49 @@ describe("a kernel engineer's findings: RUN:KERNEL names a shard's logical run",
     os.execute("rm -rf " .. dir)
   end)
 end)
+
+describe("an adversarial tester's findings: error messages", function()
+  it("names the function of a bad argument however it is reached (pcall, a tail call, a method)", function()
+    -- LuaJIT names it from the caller's bytecode: these read '?'.
+    local t = vsalab.empty({2, 3}, {dtype = "f32"}):fill_randn{seed = H.seed()}
+    local d = vsalab.db_open(":memory:")
+    for _, c in ipairs{
+        {"bad argument #2 to 'zeros' (table expected, got boolean)", vsalab.zeros, {2}, true},
+        {"bad argument #1 to 'compare' (tensor expected, got number)", vsalab.compare, 1, t},
+        {"bad argument #3 to 'invert_indices' (number expected, got string)", vsalab.invert_indices,
+          vsalab.zeros({1, 1, 1, 1}, {dtype = "i32"}), vsalab.zeros({1, 1, 1}, {dtype = "i32"}), "x"},
+        {"bad argument #2 to 'narrow' (number expected, got string)", t.narrow, t, "x", 1, 1},
+        {"bad argument #1 to 'npy_load' (string expected, got no value)", vsalab.npy_load},
+        {"bad argument #1 to 'q' (vsa.Db expected, got number)", d.q, 5},
+        {"bad argument #1 to 'isatty' (number expected, got table)", vsalab.isatty, {}}} do
+      local e = H.err(c[2], unpack(c, 3, table.maxn(c)))
+      assert.truthy(e:find(c[1], 1, true), e)
+    end
+    local e = H.err(function() return vsalab.random_topk(true) end)
+    assert.truthy(e:find("bad argument #1 to 'random_topk' (table expected, got boolean)", 1, true), e)
+    d:close()
+  end)
+
+  it("says a new DB in a directory it cannot write is refused for permission, not 'no such file'", function()
+    -- SQLite reports the errno of its read-only retry (ENOENT). As root
+    -- (CI) the directory needs another user: a copy of the binary runs as
+    -- nobody, as query_spec's read-only test does.
+    local ro = H.tmpdir()
+    os.execute("cp " .. H.exe .. " " .. ro .. "/vsalab")
+    H.write(ro .. "/log.lua", "vsalab.log{experiment = 'x', kernel = 'k'}\n")
+    local root = H.sh("test \"$(id -u)\" = 0") == 0
+    os.execute("chmod 644 " .. ro .. "/log.lua && chmod 755 " .. ro .. "/vsalab && chmod "
+      .. (root and "755 " or "555 ") .. ro)
+    local as = root and "runuser -u nobody -- " or ""
+    assert.is_not.equal(0, (H.sh(as .. "touch " .. ro .. "/probe")))
+    local rc, _, err = H.sh("cd / && " .. as .. ro .. "/vsalab run --db " .. ro .. "/new.db " .. ro .. "/log.lua")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("db '" .. ro .. "/new.db': cannot open: unable to open database file "
+      .. "(Permission denied)", 1, true), err)
+    -- A missing directory is still that.
+    rc, _, err = H.vsalab("run --db " .. ro .. "/none/new.db " .. ro .. "/log.lua")
+    assert.equal(2, rc, err)
+    assert.truthy(err:find("(No such file or directory)", 1, true), err)
+    os.execute("chmod 755 " .. ro .. " && rm -rf " .. ro)
+  end)
+end)

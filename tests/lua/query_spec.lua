@@ -261,6 +261,11 @@ describe("result queries", function()
     local rc, _, err = H.vsalab("query --db " .. cdb .. " \"SELECT * FROM result\"")
     assert.equal(2, rc, err)
     assert.truthy(err:find("vsalab query: the database file is corrupt", 1, true), err)
+    -- SQLite's other "malformed" (a function's argument) is the statement's
+    -- fault: exit 1, not a damaged file.
+    local rc2, _, err2 = H.vsalab("query --db " .. db .. " \"SELECT json_extract('{', '$.a')\"")
+    assert.equal(1, rc2, err2)
+    assert.falsy(err2:find("corrupt", 1, true), err2)
   end)
 
   it("takes a --db that reads as a URI as a file name, for run and runs alike", function()

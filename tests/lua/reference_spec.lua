@@ -85,6 +85,15 @@ describe("reference on the CPU", function()
     local freed = p.v:clone()
     freed:free()
     assert.truthy(with(4, freed):match("v: tensor was freed"))
+    -- q of another Sq is the one named, not dO (which agrees with o).
+    local e = with(2, p.q:narrow(3, 1, 128):contiguous())
+    assert.truthy(e:find("q: shape [1,2,128,32] does not match dO and o, both [1,2,256,32]", 1, true), e)
+    -- Named in argument order: nothing given is dO missing, for the
+    -- native backward too (it checks its arguments before the device).
+    for _, fn in ipairs{"backward_ref", "backward_sm90a", "backward_sm100a"} do
+      e = H.err(vsalab[fn])
+      assert.truthy(e:match("^dO: expected a tensor, got no value"), fn .. ": " .. e)
+    end
     assert.truthy(H.err(vsalab.forward_ref, p.q, p.k, p.v, p.q2k_idx, p.q2k_num, p.vbs, {sm_scale = -1}):match("sm_scale"))
   end)
 end)
@@ -289,10 +298,22 @@ describe("vsalab.backward", function()
     assert.is_false(ok)
     assert.truthy(why:find("runs on CUDA tensors", 1, true), why)
     -- Bad arguments are named.
+    local msg = H.err(vsalab.backward_supported, "nope", p.q)
+    assert.truthy(msg:find("backward_supported: name: no backward 'nope' (known: reference,", 1, true), msg)
+    assert.falsy(msg:find("backends.lua", 1, true), msg)
     assert.truthy(H.err(vsalab.backward_supported, "reference", p.q, 5):find("k must be a tensor", 1, true))
     local gone = p.q:clone()
     gone:free()
     assert.truthy(H.err(vsalab.backward_supported, "reference", gone):find("q: tensor was freed", 1, true))
     assert.truthy(H.err(vsalab.backward, p.dO, gone):find("backward: q: tensor was freed", 1, true))
+    -- The backward's own error is raised at backward's caller's line, not
+    -- init.lua's ("init.lua:80: dO: ...").
+    local e = H.err(function()
+      local dq = vsalab.backward(p.dO:to_dtype("f32"), p.q, p.k, p.v, p.o, p.lse, p.k2q_idx,
+        p.k2q_num, p.vbs)
+      return dq
+    end)
+    assert.truthy(e:find("reference_spec.lua:%d+: backward: dO: expected dtype bf16, got f32"), e)
+    assert.falsy(e:find("init.lua", 1, true), e)
   end)
 end)

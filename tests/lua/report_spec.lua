@@ -56,6 +56,27 @@ describe("vsalab report", function()
     assert.truthy(err:find("could not write " .. target .. ": No such file", 1, true), err)
   end)
 
+  it("says once which command found the DB damaged mid-read (was 'vsalab report: report: ...')", function()
+    -- The run table reads; the result table's root page is garbage, met
+    -- when a RUN:KERNEL side looks for the kernel's rows.
+    local path = dir .. "/dmg.db"
+    os.execute("cp " .. db .. " " .. path)
+    local r = vsalab.db_open(path, {readonly = true})
+    local page = r:q("PRAGMA page_size")[1].page_size
+    local root = r:q("SELECT rootpage FROM sqlite_master WHERE name = 'result'")[1].rootpage
+    r:close()
+    local f = assert(io.open(path, "r+b"))
+    f:seek("set", (root - 1) * page + 8)
+    f:write(string.rep("\255", page - 8))
+    f:close()
+    for _, cmd in ipairs{"report", "compare"} do
+      local rc, _, err = H.vsalab(cmd .. " --db " .. path .. " latest:reference latest:invert"
+        .. (cmd == "report" and " -o " .. dir .. "/dmg.html" or ""))
+      H.usage_error(rc, err, cmd .. ": " .. path .. " is damaged", cmd)
+      assert.falsy(err:find(cmd .. ": " .. cmd .. ":", 1, true), err)
+    end
+  end)
+
   it("never writes the report over a database", function()
     os.execute("cp " .. db .. " " .. dir .. "/copy.db && ln -sf " .. db .. " " .. dir .. "/link.html")
     -- Another DB's WAL (its header is not SQLite's): any non-report file.

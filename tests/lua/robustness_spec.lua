@@ -93,6 +93,31 @@ describe("robustness", function()
     -- Once "q2k_num: expected shape [1,1,4], got [1,1,2]", from the forward.
     e = build{Sq = 256, block = 128, vbs = vsalab.full({4}, 64, {dtype = "i32"})}
     assert.truthy(e:find("problem.build: vbs: expected shape [2] (Skv 256 / block 128), got [4]", 1, true), e)
+    -- Each names its field, without a source position (once "shape: entry
+    -- 2 ...", "field 'T' is required", "problem.lua:184: field 'density' ...").
+    -- (none: base's fields the case leaves out)
+    for _, c in ipairs{
+        {{Sq = 128, H = "x"}, 'problem.build: H must be an integer in [1, 65535], got "x"'},
+        {{Sq = 128, B = 1.5}, "problem.build: B must be an integer in [1, 65535], got 1.5"},
+        {{Sq = 128, D = 24}, "problem.build: D must be a multiple of 16 in [16, 256], got 24"},
+        {{Sq = 128}, "problem.build: H is required", none = "H"},
+        {{latent = {4, 4}}, "problem.build: latent must be {T, H, W}, got a table of 2 entries"},
+        {{latent = {4, "x", 4}}, 'problem.build: latent H must be an integer in [1, 1048576], got "x"'},
+        {{Sq = 128, density = 2}, "problem.build: field 'density' must be in (0, 1]", none = "topk"},
+        {{Sq = 128, topk = 9}, "problem.build: field 'topk' must be an integer in [0, 2]"},
+        {{Sq = 128, device = "gpu"}, "problem.build: device: expected 'cpu', 'cuda' or 'cuda:N', got 'gpu'"},
+        {{Sq = 128, sm_scale = "x"}, "problem.build: field 'sm_scale' must be a number"},
+        {{Sq = 128, vbs = "x"}, "problem.build: vbs must be an i32 tensor [2] (Skv / block), got string"}} do
+      local s = {}
+      for k, v in pairs(base) do s[k] = v end
+      for k, v in pairs(c[1]) do s[k] = v end
+      if c.none then s[c.none] = nil end
+      s.seed = H.seed()
+      e = H.err(vsalab.problem.build, s)
+      assert.truthy(e:find(c[2], 1, true), e)
+      assert.falsy(e:find(".lua:", 1, true), e)
+      assert.falsy(e:find("entry", 1, true), e)
+    end
   end)
 
   it("bounds seeds and sm_scale to what the arithmetic keeps exact", function()
@@ -516,7 +541,12 @@ describe("resume and point timeout", function()
     local rows = d:q("SELECT kernel, note, passed FROM result WHERE kernel <> 'invert' ORDER BY id")
     assert.equal("config", rows[1].kernel)
     assert.equal("skipped (timeout after 5 s)", rows[1].note)
-    assert.equal(2, #rows)
+    -- The second point: sleepy, named in kernels=, does not take H = 1 and
+    -- says so in a skipped row; the reference measures it.
+    assert.equal(3, #rows)
+    assert.equal("sleepy", rows[2].kernel)
+    assert.equal("skipped: it does not take this point (its supported() gave no reason)", rows[2].note)
+    assert.is_nil(rows[2].passed)
     assert.equal("reference", rows[#rows].kernel)
     assert.equal(1, rows[#rows].passed)
     d:close()

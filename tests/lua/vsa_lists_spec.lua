@@ -345,6 +345,13 @@ describe("vsa_topk", function()
     local lat = {5, 6, 7}
     assert.truthy(H.err(vsalab.vsa_topk, {k = k, topk = 2}):match("^q: expected a tensor"))
     assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k:narrow(2, 1, 1):contiguous(), topk = 2}):match("^k: shape %[1,1,512,16%] does not match layout bhsd"))
+    -- The shape k should have had keeps k's own Skv (its size over q's
+    -- B*H*D said "= [1,2,1024,16]" for 4 heads, [1,2,256,16] for 1).
+    for _, shape in ipairs{{1, 4, 512, 16}, {1, 1, 512, 16}, {2, 2, 512, 16}, {1, 2, 512, 32}} do
+      local kk = vsalab.empty(shape, {dtype = "bf16"}):fill_randn{seed = H.seed()}
+      local e = H.err(vsalab.vsa_topk, {q = q, k = kk, topk = 2})
+      assert.truthy(e:find("does not match layout bhsd [B,H,Skv,D] = [1,2,512,16]", 1, true), e)
+    end
     assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k, topk = 2, density = 0.5}):match("not both"))
     assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k}):match("'density'"))
     assert.truthy(H.err(vsalab.vsa_topk, {q = q, k = k, topk = 9}):match("'topk'"))
