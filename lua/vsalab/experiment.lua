@@ -147,8 +147,12 @@ function M.run(e)
       end
     end
   end
+  -- CPU points need no GPU to know a CUDA kernel cannot take them: --check
+  -- says so too (it passed, and the run then stopped with exit 2).
+  if device == "cpu" then check_kernels() end
   -- A kernel of one block size (sm90a-v5: 128) named for points of
-  -- another: known without a GPU, so --check says so on any host.
+  -- another: known without a GPU, so --check says so on any host (after
+  -- the CPU points' check: a device it cannot use is the first thing to fix).
   for name in pairs(e.kernels or {}) do
     local only = backends.get(name).only_block
     if only then
@@ -160,9 +164,6 @@ function M.run(e)
       end
     end
   end
-  -- CPU points need no GPU to know a CUDA kernel cannot take them: --check
-  -- says so too (it passed, and the run then stopped with exit 2).
-  if device == "cpu" then check_kernels() end
   if checking() then
     check_done(e.name, string.format("%d point%s to run", #e.configs, #e.configs == 1 and "" or "s"))
   end

@@ -51,7 +51,8 @@ end
 -- backward `name` ('reference', 'sm90a', 'sm90a-v5', 'sm100a', ...) take
 -- these tensors on their device? The block size comes from k and vbs as in
 -- backward (64 when they are not given), the layout from opts.layout.
--- Decided from shapes, dtypes and the device, never tensor contents.
+-- Decided from shapes, dtypes and the device, never tensor contents: what
+-- backward would refuse on those grounds is `false, why` here too.
 function M.backward_supported(name, q, k, vbs, opts)
   if not pcall(M.backends.get, name) then
     local known = {}
@@ -61,16 +62,51 @@ function M.backward_supported(name, q, k, vbs, opts)
   end
   local qdev = device_of("backward_supported", "q", q)
   local device = qdev == "cpu" and "cpu" or "cuda"
-  local layout = type(opts) == "table" and opts.layout or "bhsd"
-  if q.dtype ~= "bf16" or q.ndim ~= 4 then
-    return false, "q must be a bf16 " .. (layout == "bshd" and "[B,S,H,D]" or "[B,H,S,D]") .. " tensor"
+  if opts ~= nil and type(opts) ~= "table" then return false, "opts must be a table, got " .. type(opts) end
+  local layouts = require "vsalab.layouts"
+  local layout = opts and opts.layout or layouts.default
+  if not layouts.supported(layout) then
+    return false, "layout '" .. tostring(layout) .. "' is not supported (supported: " .. layouts.text() .. ")"
   end
+  local dims, sdim = layouts.dims(layout), layout == "bshd" and 2 or 3
+  local function tensor4(what, t)
+    if t.dtype ~= "bf16" or t.ndim ~= 4 then return what .. " must be a bf16 " .. dims .. " tensor" end
+  end
+  local why = tensor4("q", q)
+  if why then return false, why end
+  local block = 64
   if k ~= nil then
     local kdev = device_of("backward_supported", "k", k)
     if kdev ~= qdev then return false, "k is on " .. kdev .. ", q on " .. qdev end
+    why = tensor4("k", k)
+    if why then return false, why end
+    if vbs ~= nil then
+      local vdev = device_of("backward_supported", "vbs", vbs)
+      if vdev ~= qdev then return false, "vbs is on " .. vdev .. ", q on " .. qdev end
+      if vbs.dtype ~= "i32" or vbs.ndim ~= 1 or vbs.shape[1] == 0 then
+        return false, "vbs must be a non-empty i32 vector, one entry a kv block"
+      end
+      block = k.shape[sdim] / vbs.shape[1]
+      if block ~= math.floor(block) then
+        return false, string.format("vbs has %d entries, which do not divide k's %d tokens into blocks",
+          vbs.shape[1], k.shape[sdim])
+      end
+    end
+  elseif vbs ~= nil then
+    return false, "vbs given without k (the block size is k's token count over vbs's length)"
   end
-  return M.backends.supported(name, device, {D = q.shape[4], block = block_of(k, vbs, opts) or 64,
-    layout = layout})
+  local blocks = require "vsalab.blocks"
+  if not blocks.supported(block) then
+    return false, string.format("block %d (k's tokens over vbs's length) is not supported (supported: %s)",
+      block, blocks.text())
+  end
+  for what, t in pairs{q = q, k = k} do
+    if t.shape[sdim] % block ~= 0 then
+      return false, string.format("%s: %d tokens (dim %d in %s) is not a multiple of block %d", what,
+        t.shape[sdim], sdim, layout, block)
+    end
+  end
+  return M.backends.supported(name, device, {D = q.shape[4], block = block, layout = layout})
 end
 
 -- backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs [, opts]) -> dq, dk,

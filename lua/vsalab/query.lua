@@ -299,8 +299,11 @@ function M.main(argv)
       if mine then return fail(mine, 2) end
       -- Damage found only when a statement reads the page: the same exit 2
       -- as damage found on opening the file.
-      if msg:find("database disk image is malformed", 1, true) or msg:find("file is not a database", 1, true) then
-        return fail("the database file is corrupt (" .. msg:gsub("^db:q: ", "") .. ")", 2)
+      -- One line, as the damage found on opening reads (not the SQL again).
+      local sqlite_says = msg:match("database disk image is malformed") or msg:match("file is not a database")
+      if sqlite_says then
+        local path = msg:match("db '([^']*)'") or o.db or "?"
+        return fail(string.format("db '%s': the database file is corrupt (%s)", path, sqlite_says), 2)
       end
       return fail(msg, 1)
     end

@@ -472,6 +472,17 @@ create_errno(const char *path, int sys)
   return sys;
 }
 
+/* A read-only connection's statements stop at a signal: a query can scan
+ * for minutes, and the host's interrupt is a Lua hook, which never runs
+ * while SQLite does. Writers finish their statement (a row, the run's
+ * closing) and stop at the next Lua instruction as before. */
+static int
+stop_on_signal(void *unused)
+{
+  (void)unused;
+  return vsa_interrupt_flag != 0;
+}
+
 static int
 open_connection(vsa_db *db)
 {
@@ -497,6 +508,7 @@ open_connection(vsa_db *db)
   }
   sqlite3_extended_result_codes(db->h, 1);
   sqlite3_busy_timeout(db->h, BUSY_TIMEOUT_MS);
+  if (db->readonly) sqlite3_progress_handler(db->h, 10000, stop_on_signal, NULL);
   /* A write-protected file silently opens read-only; say so now rather than
    * at the first row of a long experiment. */
   if (!db->readonly && sqlite3_db_readonly(db->h, "main") == 1)

@@ -260,12 +260,27 @@ describe("result queries", function()
     f:close()
     local rc, _, err = H.vsalab("query --db " .. cdb .. " \"SELECT * FROM result\"")
     assert.equal(2, rc, err)
-    assert.truthy(err:find("vsalab query: the database file is corrupt", 1, true), err)
+    assert.truthy(err:find("vsalab query: db '" .. cdb .. "': the database file is corrupt (database disk "
+      .. "image is malformed)\n", 1, true), err)
+    assert.falsy(err:find("SELECT", 1, true), err)
     -- SQLite's other "malformed" (a function's argument) is the statement's
     -- fault: exit 1, not a damaged file.
     local rc2, _, err2 = H.vsalab("query --db " .. db .. " \"SELECT json_extract('{', '$.a')\"")
     assert.equal(1, rc2, err2)
     assert.falsy(err2:find("corrupt", 1, true), err2)
+  end)
+
+  it("stops a statement that runs for ever at the first signal", function()
+    local errf = H.tmpdir() .. "/err"
+    -- Counts an endless recursive CTE: only the signal ends it.
+    local job = H.spawn(H.exe .. " query --db " .. db .. " 'WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
+      .. "SELECT x + 1 FROM c) SELECT count(*) FROM c WHERE x < 0' 2>" .. errf)
+    os.execute("sleep 0.5")
+    os.execute("kill -INT " .. job.pid)
+    local rc = job.wait("the query to stop after SIGINT", 60)
+    local err = H.read(errf)
+    assert.equal(1, rc, err)
+    assert.truthy(err:find("vsalab query: interrupted", 1, true), err)
   end)
 
   it("takes a --db that reads as a URI as a file name, for run and runs alike", function()

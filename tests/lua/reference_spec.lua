@@ -297,6 +297,22 @@ describe("vsalab.backward", function()
     ok, why = vsalab.backward_supported("sm90a-v5", p128.q, p128.k, p128.vbs, {layout = "bshd"})
     assert.is_false(ok)
     assert.truthy(why:find("runs on CUDA tensors", 1, true), why)
+    -- What backward refuses from shapes, dtypes or options is false here too.
+    for _, c in ipairs{
+      {{p.q, p.k:to_dtype("f32"), p.vbs}, "k must be a bf16 [B,H,S,D] tensor"},
+      {{p.q, p.k, p.vbs:to_dtype("f32")}, "vbs must be a non-empty i32 vector"},
+      {{p.q, p.k, p.vbs, {layout = "xyz"}}, "layout 'xyz' is not supported"},
+      {{p.q, p.k, p.vbs, "x"}, "opts must be a table, got string"},
+      {{p.q, p.k, vsalab.from_table({1, 2, 3, 4, 5}, {dtype = "i32"})}, "vbs has 5 entries"},
+    } do
+      ok, why = vsalab.backward_supported("reference", unpack(c[1]))
+      assert.is_false(ok, c[2])
+      assert.truthy(tostring(why):find(c[2], 1, true), tostring(why))
+    end
+    local vgone = p.vbs:clone()
+    vgone:free()
+    assert.truthy(H.err(vsalab.backward_supported, "reference", p.q, p.k, vgone)
+      :find("backward_supported: vbs: tensor was freed", 1, true))
     -- Bad arguments are named.
     local msg = H.err(vsalab.backward_supported, "nope", p.q)
     assert.truthy(msg:find("backward_supported: name: no backward 'nope' (known: reference,", 1, true), msg)
