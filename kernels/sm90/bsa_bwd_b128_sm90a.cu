@@ -52,8 +52,24 @@ constexpr int THREADS = 3 * CONSUMER_THREADS;
 constexpr int QROWS = 2 * BLK;  // q rows a stage
 // Named barriers: 0 is __syncthreads, 1 and 2 the consumer warpgroups, 3
 // both consumer warpgroups, 4 and 5 the ping-pong turns (warpgroup w waits
-// on 4 + w).
+// on 4 + w), 6-10 the split hand-overs between the warpgroups (SPLIT).
 constexpr int BAR_WG0 = 1, BAR_BOTH = 3, BAR_TURN0 = 4;
+constexpr int BAR_DS_T0 = 6;     // WG1's dS^T of q half 0 stored (WG0's dQ reads it)
+constexpr int BAR_PH1_WG0 = 7;   // WG0's phase 1 retired and its dS^T stored
+constexpr int BAR_PH1_WG1 = 8;   // WG1's phase 1 retired (WG0 may stage over Q)
+constexpr int BAR_DQ_READ0 = 9;  // WG0's dQ GEMM retired (tile of WG1, q half 0, free)
+constexpr int BAR_DQ_READ1 = 10; // WG1's dQ GEMM retired (tile of WG0, q half 1, free)
+
+/* Kernel variants (template flags). The default is all three; the others
+ * are kept for same-call ablations (sm90_b128_launch, VSALAB_ABLATE):
+ *  PINGPONG: the consumer warpgroups take turns issuing GEMMs;
+ *  SPLIT: the two barriers over both warpgroups per pair become one-way
+ *    hand-overs, so a warpgroup stages its dQ and starts the next pair while
+ *    the other's dQ GEMM runs (v5.1);
+ *  MAGIC: fixed-point dQ converted with one FMA and one integer multiply-add
+ *    instead of F2I, which shares the conversion unit with the exponentials
+ *    (v5.1; 2^8 coarser, still far inside the bf16 result's rounding). */
+constexpr unsigned PINGPONG = 1, SPLIT = 2, MAGIC = 4;
 
 /* Ping-pong: the consumer warpgroups take turns issuing GEMMs (S^T/dP^T,
  * then dV/dK, twice a pair), so one's exponentials and dS^T overlap the
@@ -138,7 +154,20 @@ reduce_block(const sm90_ws_params &p, int64_t bh, int I, uint32_t st)
  * stage_dq_half(_fixed) does. The thread index is laundered first, so
  * ptxas recomputes the 32 swizzled offsets here instead of hoisting both
  * halves' 64 out of the loop (it spilled them: ~470 bytes). */
-template <bool FIXED>
+/* round(x · sc) as int32 for |x · sc| < 2^30, rounded to a multiple of
+ * 2^8: sc8 = sc / 2^8 puts x · sc8 below 2^22, where adding 1.5 · 2^23
+ * leaves round-to-nearest-even(x · sc8) in the low mantissa bits (one
+ * FFMA); the integer multiply-add takes the constant's bits away and scales
+ * back by 2^8 (mod 2^32, exact since the result fits). Deterministic like
+ * F2I, without the conversion unit the exponentials also need. */
+__device__ __forceinline__ int
+fixed_magic(float x, float sc8)
+{
+  const uint32_t b = __float_as_uint(fmaf(x, sc8, 12582912.f));  // 1.5 · 2^23
+  return (int)(b * 256u - 0x4B400000u * 256u);
+}
+
+template <bool FIXED, bool MAGIC_CVT = false>
 __device__ __forceinline__ void
 stage_dq(unsigned char *stg, int hn, const float *acc_q, float sc0, float sc1)
 {
@@ -150,7 +179,12 @@ stage_dq(unsigned char *stg, int hn, const float *acc_q, float sc0, float sc1)
   for (int jn = 0; jn < 8; jn++) {
     const int col = hn * 64 + jn * 8 + 2 * (lane & 3);
     const float *a = acc_q + 4 * jn;
-    if (FIXED) {
+    if (FIXED && MAGIC_CVT) { // sc0, sc1 come divided by 2^8
+      *reinterpret_cast<int2 *>(stg + dq_stage_offset(r0, col)) =
+          make_int2(fixed_magic(a[0], sc0), fixed_magic(a[1], sc0));
+      *reinterpret_cast<int2 *>(stg + dq_stage_offset(r1, col)) =
+          make_int2(fixed_magic(a[2], sc1), fixed_magic(a[3], sc1));
+    } else if (FIXED) {
       *reinterpret_cast<int2 *>(stg + dq_stage_offset(r0, col)) =
           make_int2(__float2int_rn(a[0] * sc0), __float2int_rn(a[1] * sc0));
       *reinterpret_cast<int2 *>(stg + dq_stage_offset(r1, col)) =
@@ -213,11 +247,14 @@ producer(const sm90_ws_params &p, int64_t bh, int J, int lo, int hi, uint32_t ba
 }
 
 /* Consumer warpgroup WG: kv rows 64·WG.. of 128-token kv block J. */
-template <bool FIXED, int WG, bool PINGPONG>
+template <bool FIXED, int WG, unsigned FLAGS>
 __device__ __forceinline__ void
 consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
          unsigned char *base_ptr)
 {
+  constexpr bool pingpong = FLAGS & PINGPONG, split = FLAGS & SPLIT,
+                 magic = FIXED && (FLAGS & MAGIC);
+  constexpr int both = 2 * CONSUMER_THREADS;
   const uint32_t bar_kv = base + OFF_BARS, bar_full = bar_kv + 8,
                  bar_ready = bar_full + 8 * STAGES;
   constexpr int bar = BAR_WG0 + WG;
@@ -233,10 +270,11 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
   for (int x = 0; x < 64; x++) acc_dk[x] = acc_dv[x] = 0.f;
 
   const int *tags = reinterpret_cast<const int *>(base_ptr + OFF_TAGS);
-  using gate = typename std::conditional<PINGPONG, turn_gate<WG>, no_gate>::type;
-  if (PINGPONG && WG == 1) gate::pass(); // warpgroup 0 issues first
+  using gate = typename std::conditional<pingpong, turn_gate<WG>, no_gate>::type;
+  if (pingpong && WG == 1) gate::pass(); // warpgroup 0 issues first
   bool kv_ready = false;
-  for (int n = 0;; n++) {
+  int n = 0;
+  for (;; n++) {
     const int s = n % STAGES;
     mbar_wait(bar_full + 8 * s, (n / STAGES) & 1);
     const int I = *(reinterpret_cast<const volatile int *>(tags + s));
@@ -256,8 +294,11 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
     float sc0 = 1.f, sc1 = 1.f; // FIXED: 2^row_exp of this thread's two dQ rows
     if (FIXED) {
       const int *re = p.row_exp + bh * ((int64_t)p.nq * BLK) + (int64_t)I * QROWS + WG * BLK;
-      sc0 = exp2_int(__ldg(re + r0));
-      sc1 = exp2_int(__ldg(re + r1));
+      // MAGIC takes 2^(row_exp - 8) (row_exp >= -98 for any finite bound:
+      // exact, no underflow).
+      constexpr float to_magic = magic ? 1.f / 256 : 1.f;
+      sc0 = exp2_int(__ldg(re + r0)) * to_magic;
+      sc1 = exp2_int(__ldg(re + r1)) * to_magic;
     }
     // Phase 1 on q rows 0-63, then 64-127: one instance in a loop (two
     // unrolled ones hoisted twice the addresses and spilled more). Half t
@@ -268,25 +309,48 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
 #pragma unroll 1
     for (int t = 0; t < 2; t++) {
       uint32_t a_p[16], a_ds[16];
+      // SPLIT: tile (WG, t) is read by warpgroup t's dQ GEMM of the
+      // previous pair; the own one has retired, the other's hands it over.
+      auto before_store = [&] {
+        if (split && n > 0 && t != WG) named_sync_any(WG == 0 ? BAR_DQ_READ1 : BAR_DQ_READ0, both);
+      };
       pair_dkdv<half0, gate>(base, base_ptr + t * TILE, st + t * TILE, st + (2 + t) * TILE,
-                       lse + t * BLK, delta + t * BLK, p.scale_log2, valid0, valid1, acc_dk,
-                       acc_dv, a_p, a_ds);
+                             lse + t * BLK, delta + t * BLK, p.scale_log2, valid0, valid1,
+                             acc_dk, acc_dv, a_p, a_ds, before_store);
+      // WG1's tile of q half 0 is what WG0's dQ needs first.
+      if (split && WG == 1 && t == 0) named_arrive_any(BAR_DS_T0, both);
       wgmma_wait<0>(); // the second time: this warpgroup no longer reads the stage
       reg_fence(acc_dk, 64);
       reg_fence(acc_dv, 64);
       reg_fence_u32(a_p, 16);
       reg_fence_u32(a_ds, 16);
     }
-    // All four dS^T tiles written (and both K tiles' padding zeroed: each
-    // warpgroup zeroes before its first pair), and neither warpgroup reads
-    // the stage any more: dQ may be staged there as it comes.
-    // barrier.sync without .aligned: the warpgroups reach it from their
-    // own code.
-    named_sync_any(BAR_BOTH, 2 * CONSUMER_THREADS);
+    if (split) {
+      // WG0's dQ needs tiles (0, 0) (its own) and (1, 0) (WG1's first
+      // half); WG1's needs (0, 1) and (1, 1), and may stage over dO only
+      // once WG0's phase 1 has retired.
+      if (WG == 0) {
+        named_arrive_any(BAR_PH1_WG0, both);
+        named_sync_any(BAR_DS_T0, both);
+      } else {
+        named_arrive_any(BAR_PH1_WG1, both);
+        named_sync_any(BAR_PH1_WG0, both);
+      }
+    } else {
+      // All four dS^T tiles written (and both K tiles' padding zeroed: each
+      // warpgroup zeroes before its first pair), and neither warpgroup reads
+      // the stage any more: dQ may be staged there as it comes.
+      // barrier.sync without .aligned: the warpgroups reach it from their
+      // own code.
+      named_sync_any(BAR_BOTH, both);
+    }
     // dQ of q rows 64·WG..: dS_(t=WG) K over both kv halves (K = 128), one
-    // 64-column half at a time; half 0 is staged while half 1 runs.
+    // 64-column half at a time; half 0 is staged while half 1 runs. SPLIT
+    // takes turns here too, so WG0's dQ retires first and WG0 stages and
+    // starts the next pair while WG1's runs.
     float acc_q0[32], acc_q1[32];
     constexpr uint32_t DS_ = OFF_DS4 + 2 * WG * REGION;
+    if (split) gate::wait();
     wgmma_fence();
 #pragma unroll
     for (int h = 0; h < 2; h++)
@@ -304,21 +368,28 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
                            desc_mnmajor(base + OFF_KV + h * 2 * TILE + REGION + kk * 2048),
                            h > 0 || kk > 0);
     wgmma_commit();
+    if (split) gate::pass();
     unsigned char *stg = base_ptr + OFF_RING + s * RING_STAGE + WG * (BLK * D * sizeof(float));
     wgmma_wait<1>();
     reg_fence(acc_q0, 32);
-    stage_dq<FIXED>(stg, 0, acc_q0, sc0, sc1);
+    // WG0 stages over Q, which WG1's dK GEMM reads until its phase 1 retires.
+    if (split && WG == 0) named_sync_any(BAR_PH1_WG1, both);
+    stage_dq<FIXED, magic>(stg, 0, acc_q0, sc0, sc1);
     wgmma_wait<0>();
     reg_fence(acc_q1, 32);
-    stage_dq<FIXED>(stg, 1, acc_q1, sc0, sc1);
+    if (split) named_arrive_any(WG == 0 ? BAR_DQ_READ0 : BAR_DQ_READ1, both);
+    stage_dq<FIXED, magic>(stg, 1, acc_q1, sc0, sc1);
     reg_fence(acc_dk, 64);
     reg_fence(acc_dv, 64);
     fence_proxy_async(); // the staged dQ is read by the copy engine next
     mbar_arrive(bar_ready + 8 * s);
     // Both warpgroups' dQ GEMMs have retired: the dS^T tiles may be
     // rewritten.
-    named_sync_any(BAR_BOTH, 2 * CONSUMER_THREADS);
+    if (!split) named_sync_any(BAR_BOTH, both);
   }
+  // SPLIT: take the last pair's dQ hand-over, so no barrier is left
+  // part-arrived.
+  if (split && n > 0) named_sync_any(WG == 0 ? BAR_DQ_READ1 : BAR_DQ_READ0, both);
   const int64_t kv_row0 = bh * ((int64_t)p.nkv * BLK) + (int64_t)j * BLK;
   const int64_t out0 = vsa_bwd::token_offset(p.layout, p.H, (int64_t)p.nkv * BLK, bh,
                                              (int64_t)j * BLK);
@@ -326,7 +397,7 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
             p.kv_sem + bh * p.nkv + j, p.dk, p.dv, p.sm_scale, bar, acc_dk, acc_dv);
 }
 
-template <bool FIXED, bool PINGPONG>
+template <bool FIXED, unsigned FLAGS>
 __global__ void __launch_bounds__(THREADS, 1)
 bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
 {
@@ -363,20 +434,31 @@ bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
   }
 
   setmaxnreg_inc<240>();
-  if (wg == 0) consumer<FIXED, 0, PINGPONG>(p, bh, J, c, base, base_ptr);
-  else consumer<FIXED, 1, PINGPONG>(p, bh, J, c, base, base_ptr);
+  if (wg == 0) consumer<FIXED, 0, FLAGS>(p, bh, J, c, base, base_ptr);
+  else consumer<FIXED, 1, FLAGS>(p, bh, J, c, base, base_ptr);
 #endif
 }
 
 } // namespace
 
+/* VSALAB_ABLATE picks an earlier variant for same-call comparisons:
+ * v5_no_pingpong (lockstep, v5.1's barriers and conversion), v5_joint (v5:
+ * ping-pong, two barriers over both warpgroups a pair, F2I), v5_f2i (v5.1
+ * with F2I). */
 cudaError_t
 sm90_b128_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
-  static bool configured = false, configured_lockstep = false;
+  constexpr unsigned V51 = PINGPONG | SPLIT | MAGIC;
+  static bool configured[4] = {};
   if (vsa_bwd::ablate("v5_no_pingpong"))
-    return sm90_launch_main(bwd_b128_kernel<false, false>, bwd_b128_kernel<true, false>, THREADS,
-                            SMEM_BYTES, configured_lockstep, p, stream);
-  return sm90_launch_main(bwd_b128_kernel<false, true>, bwd_b128_kernel<true, true>, THREADS,
-                          SMEM_BYTES, configured, p, stream);
+    return sm90_launch_main(bwd_b128_kernel<false, SPLIT>, bwd_b128_kernel<true, SPLIT | MAGIC>,
+                            THREADS, SMEM_BYTES, configured[1], p, stream);
+  if (vsa_bwd::ablate("v5_joint"))
+    return sm90_launch_main(bwd_b128_kernel<false, PINGPONG>, bwd_b128_kernel<true, PINGPONG>,
+                            THREADS, SMEM_BYTES, configured[2], p, stream);
+  if (vsa_bwd::ablate("v5_f2i"))
+    return sm90_launch_main(bwd_b128_kernel<false, V51>, bwd_b128_kernel<true, PINGPONG | SPLIT>,
+                            THREADS, SMEM_BYTES, configured[3], p, stream);
+  return sm90_launch_main(bwd_b128_kernel<false, V51>, bwd_b128_kernel<true, V51>, THREADS,
+                          SMEM_BYTES, configured[0], p, stream);
 }

@@ -180,13 +180,20 @@ struct no_gate {
   __device__ __forceinline__ static void pass() {}
 };
 
+/* No hook: the dS^T store needs no wait beyond the caller's barriers. */
+struct no_hook {
+  __device__ __forceinline__ void operator()() const {}
+};
+
 /* Gate::wait() before each of the two GEMM issues (S^T/dP^T, dV/dK) and
- * Gate::pass() after it: v5's ping-pong makes two warpgroups take turns. */
-template <class T, class Gate = no_gate>
+ * Gate::pass() after it: v5's ping-pong makes two warpgroups take turns.
+ * before_ds_store() runs just before dS^T is written: v5 waits there for
+ * the other warpgroup's dQ GEMM that still reads the tile. */
+template <class T, class Gate = no_gate, class Hook = no_hook>
 __device__ __forceinline__ void
 pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, const float *lse,
           const float *delta, float scale_log2, bool valid0, bool valid1, float *acc_dk,
-          float *acc_dv, uint32_t *a_p, uint32_t *a_ds)
+          float *acc_dv, uint32_t *a_p, uint32_t *a_ds, const Hook &before_ds_store = Hook{})
 {
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
@@ -249,6 +256,7 @@ pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, con
   }
   // dS^T (kv rows x q columns) to shared memory for the dQ GEMM. The
   // previous dQ GEMM that read this dS^T tile has retired (see the callers).
+  before_ds_store();
 #pragma unroll
   for (int jn = 0; jn < 8; jn++) {
     int col = jn * 8 + 2 * (lane & 3);
