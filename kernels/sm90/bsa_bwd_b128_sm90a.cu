@@ -60,16 +60,13 @@ constexpr int BAR_PH1_WG1 = 8;   // WG1's phase 1 retired (WG0 may stage over Q)
 constexpr int BAR_DQ_READ0 = 9;  // WG0's dQ GEMM retired (tile of WG1, q half 0, free)
 constexpr int BAR_DQ_READ1 = 10; // WG1's dQ GEMM retired (tile of WG0, q half 1, free)
 
-/* Kernel variants (template flags). The default is all three; the others
- * are kept for same-call ablations (sm90_b128_launch, VSALAB_ABLATE):
+/* Kernel variants (template flags). The default is both; the others are
+ * kept for same-call ablations (sm90_b128_launch, VSALAB_ABLATE):
  *  PINGPONG: the consumer warpgroups take turns issuing GEMMs;
  *  SPLIT: the two barriers over both warpgroups per pair become one-way
  *    hand-overs, so a warpgroup stages its dQ and starts the next pair while
- *    the other's dQ GEMM runs (v5.1);
- *  MAGIC: fixed-point dQ converted with one FMA and one integer multiply-add
- *    instead of F2I, which shares the conversion unit with the exponentials
- *    (v5.1; 2^8 coarser, still far inside the bf16 result's rounding). */
-constexpr unsigned PINGPONG = 1, SPLIT = 2, MAGIC = 4;
+ *    the other's dQ GEMM runs (v5.1). */
+constexpr unsigned PINGPONG = 1, SPLIT = 2;
 
 /* Ping-pong: the consumer warpgroups take turns issuing GEMMs (S^T/dP^T,
  * then dV/dK, twice a pair), so one's exponentials and dS^T overlap the
@@ -154,20 +151,7 @@ reduce_block(const sm90_ws_params &p, int64_t bh, int I, uint32_t st)
  * stage_dq_half(_fixed) does. The thread index is laundered first, so
  * ptxas recomputes the 32 swizzled offsets here instead of hoisting both
  * halves' 64 out of the loop (it spilled them: ~470 bytes). */
-/* round(x · sc) as int32 for |x · sc| < 2^30, rounded to a multiple of
- * 2^8: sc8 = sc / 2^8 puts x · sc8 below 2^22, where adding 1.5 · 2^23
- * leaves round-to-nearest-even(x · sc8) in the low mantissa bits (one
- * FFMA); the integer multiply-add takes the constant's bits away and scales
- * back by 2^8 (mod 2^32, exact since the result fits). Deterministic like
- * F2I, without the conversion unit the exponentials also need. */
-__device__ __forceinline__ int
-fixed_magic(float x, float sc8)
-{
-  const uint32_t b = __float_as_uint(fmaf(x, sc8, 12582912.f));  // 1.5 · 2^23
-  return (int)(b * 256u - 0x4B400000u * 256u);
-}
-
-template <bool FIXED, bool MAGIC_CVT = false>
+template <bool FIXED>
 __device__ __forceinline__ void
 stage_dq(unsigned char *stg, int hn, const float *acc_q, float sc0, float sc1)
 {
@@ -179,12 +163,7 @@ stage_dq(unsigned char *stg, int hn, const float *acc_q, float sc0, float sc1)
   for (int jn = 0; jn < 8; jn++) {
     const int col = hn * 64 + jn * 8 + 2 * (lane & 3);
     const float *a = acc_q + 4 * jn;
-    if (FIXED && MAGIC_CVT) { // sc0, sc1 come divided by 2^8
-      *reinterpret_cast<int2 *>(stg + dq_stage_offset(r0, col)) =
-          make_int2(fixed_magic(a[0], sc0), fixed_magic(a[1], sc0));
-      *reinterpret_cast<int2 *>(stg + dq_stage_offset(r1, col)) =
-          make_int2(fixed_magic(a[2], sc1), fixed_magic(a[3], sc1));
-    } else if (FIXED) {
+    if (FIXED) {
       *reinterpret_cast<int2 *>(stg + dq_stage_offset(r0, col)) =
           make_int2(__float2int_rn(a[0] * sc0), __float2int_rn(a[1] * sc0));
       *reinterpret_cast<int2 *>(stg + dq_stage_offset(r1, col)) =
@@ -252,8 +231,7 @@ __device__ __forceinline__ void
 consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
          unsigned char *base_ptr)
 {
-  constexpr bool pingpong = FLAGS & PINGPONG, split = FLAGS & SPLIT,
-                 magic = FIXED && (FLAGS & MAGIC);
+  constexpr bool pingpong = FLAGS & PINGPONG, split = FLAGS & SPLIT;
   constexpr int both = 2 * CONSUMER_THREADS;
   const uint32_t bar_kv = base + OFF_BARS, bar_full = bar_kv + 8,
                  bar_ready = bar_full + 8 * STAGES;
@@ -294,11 +272,8 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
     float sc0 = 1.f, sc1 = 1.f; // FIXED: 2^row_exp of this thread's two dQ rows
     if (FIXED) {
       const int *re = p.row_exp + bh * ((int64_t)p.nq * BLK) + (int64_t)I * QROWS + WG * BLK;
-      // MAGIC takes 2^(row_exp - 8) (row_exp >= -98 for any finite bound:
-      // exact, no underflow).
-      constexpr float to_magic = magic ? 1.f / 256 : 1.f;
-      sc0 = exp2_int(__ldg(re + r0)) * to_magic;
-      sc1 = exp2_int(__ldg(re + r1)) * to_magic;
+      sc0 = exp2_int(__ldg(re + r0));
+      sc1 = exp2_int(__ldg(re + r1));
     }
     // Phase 1 on q rows 0-63, then 64-127: one instance in a loop (two
     // unrolled ones hoisted twice the addresses and spilled more). Half t
@@ -374,11 +349,11 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
     reg_fence(acc_q0, 32);
     // WG0 stages over Q, which WG1's dK GEMM reads until its phase 1 retires.
     if (split && WG == 0) named_sync_any(BAR_PH1_WG1, both);
-    stage_dq<FIXED, magic>(stg, 0, acc_q0, sc0, sc1);
+    stage_dq<FIXED>(stg, 0, acc_q0, sc0, sc1);
     wgmma_wait<0>();
     reg_fence(acc_q1, 32);
     if (split) named_arrive_any(WG == 0 ? BAR_DQ_READ0 : BAR_DQ_READ1, both);
-    stage_dq<FIXED, magic>(stg, 1, acc_q1, sc0, sc1);
+    stage_dq<FIXED>(stg, 1, acc_q1, sc0, sc1);
     reg_fence(acc_dk, 64);
     reg_fence(acc_dv, 64);
     fence_proxy_async(); // the staged dQ is read by the copy engine next
@@ -442,23 +417,19 @@ bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
 } // namespace
 
 /* VSALAB_ABLATE picks an earlier variant for same-call comparisons:
- * v5_no_pingpong (lockstep, v5.1's barriers and conversion), v5_joint (v5:
- * ping-pong, two barriers over both warpgroups a pair, F2I), v5_f2i (v5.1
- * with F2I). */
+ * v5_no_pingpong (v5.1 in lockstep), v5_joint (v5: ping-pong, two barriers
+ * over both warpgroups a pair). */
 cudaError_t
 sm90_b128_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
-  constexpr unsigned V51 = PINGPONG | SPLIT | MAGIC;
-  static bool configured[4] = {};
+  static bool configured[3] = {};
   if (vsa_bwd::ablate("v5_no_pingpong"))
-    return sm90_launch_main(bwd_b128_kernel<false, SPLIT>, bwd_b128_kernel<true, SPLIT | MAGIC>,
-                            THREADS, SMEM_BYTES, configured[1], p, stream);
+    return sm90_launch_main(bwd_b128_kernel<false, SPLIT>, bwd_b128_kernel<true, SPLIT>, THREADS,
+                            SMEM_BYTES, configured[1], p, stream);
   if (vsa_bwd::ablate("v5_joint"))
     return sm90_launch_main(bwd_b128_kernel<false, PINGPONG>, bwd_b128_kernel<true, PINGPONG>,
                             THREADS, SMEM_BYTES, configured[2], p, stream);
-  if (vsa_bwd::ablate("v5_f2i"))
-    return sm90_launch_main(bwd_b128_kernel<false, V51>, bwd_b128_kernel<true, PINGPONG | SPLIT>,
-                            THREADS, SMEM_BYTES, configured[3], p, stream);
-  return sm90_launch_main(bwd_b128_kernel<false, V51>, bwd_b128_kernel<true, V51>, THREADS,
-                          SMEM_BYTES, configured[0], p, stream);
+  return sm90_launch_main(bwd_b128_kernel<false, PINGPONG | SPLIT>,
+                          bwd_b128_kernel<true, PINGPONG | SPLIT>, THREADS, SMEM_BYTES,
+                          configured[0], p, stream);
 }
