@@ -36,15 +36,30 @@ local function device_of(fn, what, t)
   return dev
 end
 
--- The block size the backward will see: Skv (k's token dimension: 3 in
--- bhsd, 2 in bshd) over vbs's length, as the references derive it; nil
--- when k or vbs is missing or malformed (the backward itself then names
--- the bad argument).
+-- block_of(k, vbs, opts) -> block, why: the block size the backward will
+-- see, Skv (k's token dimension: 3 in bhsd, 2 in bshd, from opts.layout)
+-- over vbs's length, as the references derive it. why is nil when backward
+-- takes that size, else says why not (vbs's length does not divide Skv,
+-- or the size is not in the block table). block is nil when k or vbs is
+-- missing or malformed (the backward itself then names the bad argument).
+-- Raises nothing for a live k and vbs (a freed one: its own error).
+-- backward and backward_supported both derive it here, so they agree.
+local blocks = require "vsalab.blocks"
 local function block_of(k, vbs, opts)
   local sdim = type(opts) == "table" and opts.layout == "bshd" and 2 or 3
-  if core.is_tensor(k) and k.ndim == 4 and core.is_tensor(vbs) and vbs.ndim == 1 and vbs.shape[1] > 0 then
-    return k.shape[sdim] / vbs.shape[1]
+  if not (core.is_tensor(k) and k.ndim == 4 and core.is_tensor(vbs) and vbs.ndim == 1 and vbs.shape[1] > 0) then
+    return nil
   end
+  local block = k.shape[sdim] / vbs.shape[1]
+  if block ~= math.floor(block) then
+    return block, string.format("vbs has %d entries, which do not divide k's %d tokens into blocks",
+      vbs.shape[1], k.shape[sdim])
+  end
+  if not blocks.supported(block) then
+    return block, string.format("block %d (k's tokens over vbs's length) is not supported (supported: %s)",
+      block, blocks.text())
+  end
+  return block
 end
 
 -- backward_supported(name, q [, k [, vbs [, opts]]]) -> ok, why: can
@@ -86,19 +101,11 @@ function M.backward_supported(name, q, k, vbs, opts)
       if vbs.dtype ~= "i32" or vbs.ndim ~= 1 or vbs.shape[1] == 0 then
         return false, "vbs must be a non-empty i32 vector, one entry a kv block"
       end
-      block = k.shape[sdim] / vbs.shape[1]
-      if block ~= math.floor(block) then
-        return false, string.format("vbs has %d entries, which do not divide k's %d tokens into blocks",
-          vbs.shape[1], k.shape[sdim])
-      end
+      block, why = block_of(k, vbs, opts)
+      if why then return false, why end
     end
   elseif vbs ~= nil then
     return false, "vbs given without k (the block size is k's token count over vbs's length)"
-  end
-  local blocks = require "vsalab.blocks"
-  if not blocks.supported(block) then
-    return false, string.format("block %d (k's tokens over vbs's length) is not supported (supported: %s)",
-      block, blocks.text())
   end
   for what, t in pairs{q = q, k = k} do
     if t.shape[sdim] % block ~= 0 then
@@ -116,7 +123,10 @@ end
 -- `name` says which one ran.
 function M.backward(dO, q, k, v, o, lse, k2q_idx, k2q_num, vbs, opts)
   local device = device_of("backward", "q", q) == "cpu" and "cpu" or "cuda"
-  local b = M.backends.pick(device, {D = q.shape[4], block = block_of(k, vbs, opts),
+  -- A block size backward does not take still goes to pick: the native
+  -- kernels refuse it, so the reference runs and names the bad vbs.
+  local block = block_of(k, vbs, opts)
+  local b = M.backends.pick(device, {D = q.shape[4], block = block,
     layout = type(opts) == "table" and opts.layout or nil})
   local fn = b.name == "reference" and core.backward_ref or core["backward_" .. b.name]
   -- Called here, the binding's error took this line's position ("init.lua:80:
