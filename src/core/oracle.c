@@ -17,8 +17,11 @@
  * q blocks that are listed or that select a listed kv block; a row that is
  * needed only for dk/dv, with o_in/lse_in given, touches only the keys of
  * listed kv blocks. Without o_in such rows still need their whole forward
- * (lse and o over every key), which is the bulk of the time. Memory is
- * O(Skv + nq + nkv) beyond the caller's arrays: no S×S matrix is formed.
+ * (lse and o over every key), which is the bulk of the time. The work runs
+ * on every host core (slices.h) in two passes, and each output element is
+ * summed in the order of the plain loop above, so results do not depend on
+ * the thread count. Memory is O(Sq + Skv + nq·(listed kv blocks)) beyond
+ * the caller's arrays: no S×S matrix is formed.
  *
  * q, k, v, dO, o_in, o_out and dq, dk, dv are in a->layout (BHSD or BSHD,
  * bsa.h): a head's token t lies at vsa_head_offset + t·vsa_token_stride;
@@ -33,6 +36,7 @@
 
 #include "bsa.h"
 #include "check.h"
+#include "slices.h"
 
 // ----------------------------------------------------------------------------
 // Argument checks
@@ -140,7 +144,178 @@ zero_block(double *p, int blk, int block, int S, int D, int64_t ts)
 }
 
 // ----------------------------------------------------------------------------
-// Oracle
+// Oracle, one (b, h) slice at a time, in two passes over host threads
+// (slices.h). Pass A, a q block a slice: the rows' forward (or the given
+// o, lse), Delta, dq. Pass B, CHUNK kv rows of a produced kv block a slice:
+// dk and dv, each kv row summed over the rows of the q blocks that select
+// its block in ascending order, the serial loop's order. Every output
+// element is written by one slice in a fixed order, so the results do not
+// depend on the thread count.
+
+enum { ORACLE_OK = 0, ORACLE_OOM, ORACLE_STOP };
+enum { CHUNK = 16 }; /* kv rows a pass-B slice: its K, V rows stay in cache */
+
+typedef struct {
+  const vsa_oracle_args *a;
+  int nq, nkv, want_bwd;
+  double c; /* sm_scale · log2 e */
+  int64_t ts;
+  const uint8_t *q_on, *kv_on;
+  const double *Q, *K, *V, *dO, *o_in, *lse_in; /* this head's token 0 */
+  const int32_t *num, *idx;
+  double *dQ, *dK, *dV, *o_out, *lse_out;
+  double *row_lse, *row_delta; /* [Sq]: rows of the q blocks pass A visits */
+  const int32_t *listed;       /* the produced kv blocks, ascending */
+  int n_listed;
+  const uint8_t *sel;          /* [n_listed][nq]: q block i selects listed[l] */
+} head_ctx;
+
+static int
+stop_requested(void)
+{
+  return vsa_interrupt_flag || vsa_timeout_flag;
+}
+
+/* Pass A: q block i. */
+static int
+pass_a(void *ctx, int i, int *detail)
+{
+  const head_ctx *h = ctx;
+  const vsa_oracle_args *a = h->a;
+  const int BLK = a->block, D = a->D, Sq = a->Sq, Skv = a->Skv, nkv = h->nkv;
+  const int64_t ts = h->ts;
+  (void)detail;
+  if (stop_requested()) return ORACLE_STOP;
+
+  uint8_t *mask = calloc((size_t)nkv, 1);
+  if (!mask) return ORACLE_OOM;
+  for (int t = 0; t < h->num[i]; t++) mask[h->idx[(int64_t)i * a->q2k_width + t]] = 1;
+  int feeds_kv = 0;
+  for (int j = 0; j < nkv; j++) feeds_kv |= mask[j] && h->kv_on[j];
+  if (!h->q_on[i] && !(feeds_kv && h->want_bwd)) {
+    free(mask);
+    return ORACLE_OK;
+  }
+  const int r1 = (i + 1) * BLK < Sq ? (i + 1) * BLK : Sq;
+  /* A row needed only for dk/dv, with o and lse given: pass B needs only
+   * its lse and Delta. */
+  if (h->o_in && !h->q_on[i]) {
+    for (int r = i * BLK; r < r1; r++) {
+      h->row_lse[r] = h->lse_in[r];
+      h->row_delta[r] = dot(h->dO + (int64_t)r * ts, h->o_in + (int64_t)r * ts, D);
+    }
+    free(mask);
+    return ORACLE_OK;
+  }
+
+  int32_t *keys = malloc((size_t)Skv * sizeof *keys);
+  double *x = malloc((size_t)Skv * sizeof *x);
+  double *orow = malloc((size_t)D * sizeof *orow);
+  if (!keys || !x || !orow) {
+    free(mask); free(keys); free(x); free(orow);
+    return ORACLE_OOM;
+  }
+  /* Every valid key of the selected kv blocks. */
+  int nk = 0;
+  for (int j = 0; j < nkv; j++) {
+    if (!mask[j]) continue;
+    for (int t = 0; t < a->vbs[j] && j * BLK + t < Skv; t++) keys[nk++] = j * BLK + t;
+  }
+  for (int r = i * BLK; r < r1; r++) {
+    const double *q = h->Q + (int64_t)r * ts;
+    for (int t = 0; t < nk; t++) x[t] = dot(q, h->K + (int64_t)keys[t] * ts, D) * h->c;
+
+    const double *o;
+    double lse;
+    if (h->o_in) {
+      o = h->o_in + (int64_t)r * ts;
+      lse = h->lse_in[r];
+    } else {
+      memset(orow, 0, (size_t)D * sizeof *orow);
+      lse = VSA_LSE_EMPTY;
+      if (nk > 0) {
+        double m = -INFINITY, sum = 0;
+        for (int t = 0; t < nk; t++) m = x[t] > m ? x[t] : m;
+        for (int t = 0; t < nk; t++) sum += exp2(x[t] - m);
+        lse = m + log2(sum);
+        for (int t = 0; t < nk; t++) {
+          double p = exp2(x[t] - lse);
+          const double *vc = h->V + (int64_t)keys[t] * ts;
+          for (int d = 0; d < D; d++) orow[d] += p * vc[d];
+        }
+      }
+      o = orow;
+      if (h->q_on[i] && h->o_out) memcpy(h->o_out + (int64_t)r * ts, orow, (size_t)D * sizeof *orow);
+      if (h->q_on[i] && h->lse_out) h->lse_out[r] = lse;
+    }
+    if (!h->want_bwd) continue;
+
+    const double *g = h->dO + (int64_t)r * ts;
+    const double delta = dot(g, o, D);
+    h->row_lse[r] = lse;
+    h->row_delta[r] = delta;
+    double *dqr = h->dQ && h->q_on[i] ? h->dQ + (int64_t)r * ts : NULL;
+    if (!dqr) continue;
+    for (int t = 0; t < nk; t++) {
+      const double *kr = h->K + (int64_t)keys[t] * ts, *vr = h->V + (int64_t)keys[t] * ts;
+      double p = exp2(x[t] - lse);
+      double ds = p * (dot(g, vr, D) - delta);
+      for (int d = 0; d < D; d++) dqr[d] += a->sm_scale * ds * kr[d];
+    }
+  }
+  free(mask); free(keys); free(x); free(orow);
+  return ORACLE_OK;
+}
+
+/* Pass B: kv rows [c0, c1) of listed kv block slice / chunks. */
+static int
+pass_b(void *ctx, int slice, int *detail)
+{
+  const head_ctx *h = ctx;
+  const vsa_oracle_args *a = h->a;
+  const int BLK = a->block, D = a->D, Sq = a->Sq, Skv = a->Skv;
+  const int chunks = (BLK + CHUNK - 1) / CHUNK;
+  const int l = slice / chunks, j = h->listed[l];
+  const int64_t ts = h->ts;
+  (void)detail;
+  int c0 = j * BLK + (slice % chunks) * CHUNK, c1 = c0 + CHUNK;
+  const int end = j * BLK + a->vbs[j] < Skv ? j * BLK + a->vbs[j] : Skv;
+  if (c1 > end) c1 = end;
+  const uint8_t *sel = h->sel + (int64_t)l * h->nq;
+  for (int i = 0; i < h->nq && c0 < c1; i++) {
+    if (!sel[i]) continue;
+    if (stop_requested()) return ORACLE_STOP;
+    const int r1 = (i + 1) * BLK < Sq ? (i + 1) * BLK : Sq;
+    for (int r = i * BLK; r < r1; r++) {
+      const double *q = h->Q + (int64_t)r * ts, *g = h->dO + (int64_t)r * ts;
+      const double lse = h->row_lse[r], delta = h->row_delta[r];
+      for (int kc = c0; kc < c1; kc++) {
+        const double *kr = h->K + (int64_t)kc * ts, *vr = h->V + (int64_t)kc * ts;
+        double x = dot(q, kr, D) * h->c;
+        double p = exp2(x - lse);
+        double ds = p * (dot(g, vr, D) - delta);
+        if (h->dK)
+          for (int d = 0; d < D; d++) h->dK[(int64_t)kc * ts + d] += a->sm_scale * ds * q[d];
+        if (h->dV)
+          for (int d = 0; d < D; d++) h->dV[(int64_t)kc * ts + d] += p * g[d];
+      }
+    }
+  }
+  return ORACLE_OK;
+}
+
+/* Records a pass's failure (on the caller's thread: the error slot is
+ * thread-local) and returns -1; 0 when it succeeded. */
+static int
+pass_failed(int rc, int Skv)
+{
+  if (rc == ORACLE_OK) return 0;
+  if (rc == ORACLE_STOP) {
+    if (vsa_poll_stop() != 0) return -1;
+    return vsa_fail("oracle: stopped");
+  }
+  return vsa_fail("oracle: out of host memory (Skv %d)", Skv);
+}
 
 int
 vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
@@ -152,18 +327,19 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
   const int BLK = a->block;
   const int nq = (Sq + BLK - 1) / BLK;
   const int nkv = (Skv + BLK - 1) / BLK;
-  const double c = a->sm_scale * VSA_LOG2E;
   const int64_t ts = vsa_token_stride(a->layout, H, D);
+  const int threads = vsa_host_threads();
 
   uint8_t *bh_on = malloc((size_t)B * H);
   uint8_t *q_on = malloc((size_t)nq);
   uint8_t *kv_on = malloc((size_t)nkv);
-  uint8_t *mask = malloc((size_t)nkv);      /* one q block's mask row */
-  int32_t *keys = malloc((size_t)Skv * sizeof *keys);
-  double *x = malloc((size_t)Skv * sizeof *x);
-  double *orow = malloc((size_t)D * sizeof *orow);
+  int32_t *listed = malloc((size_t)nkv * sizeof *listed);
+  int32_t *slot = malloc((size_t)nkv * sizeof *slot);
+  double *row_lse = malloc((size_t)Sq * sizeof *row_lse);
+  double *row_delta = malloc((size_t)Sq * sizeof *row_delta);
+  uint8_t *sel = NULL;
   int rc = -1;
-  if (!bh_on || !q_on || !kv_on || !mask || !keys || !x || !orow) {
+  if (!bh_on || !q_on || !kv_on || !listed || !slot || !row_lse || !row_delta) {
     vsa_fail("oracle: out of host memory (Skv %d)", Skv);
     goto done;
   }
@@ -171,6 +347,17 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
       mark_subset(a->q_blocks, a->n_q_blocks, nq, "q_blocks", q_on) ||
       mark_subset(a->kv_blocks, a->n_kv_blocks, nkv, "kv_blocks", kv_on))
     goto done;
+  int n_listed = 0;
+  for (int j = 0; j < nkv; j++) slot[j] = kv_on[j] ? n_listed++ : -1;
+  for (int j = 0; j < nkv; j++)
+    if (kv_on[j]) listed[slot[j]] = j;
+  if (want_bwd && (dk || dv) && n_listed > 0) {
+    sel = malloc((size_t)n_listed * nq);
+    if (!sel) {
+      vsa_fail("oracle: out of host memory (%d kv blocks x %d q blocks)", n_listed, nq);
+      goto done;
+    }
+  }
 
   for (int bh = 0; bh < B * H; bh++) {
     if (!bh_on[bh]) continue;
@@ -179,98 +366,36 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
     const int64_t qoff = vsa_head_offset(a->layout, H, Sq, D, bh);
     const int64_t koff = vsa_head_offset(a->layout, H, Skv, D, bh);
     const int64_t loff = (int64_t)bh * Sq;
-    const double *Q = a->q + qoff, *K = a->k + koff, *V = a->v + koff;
-    const double *dO = a->dO ? a->dO + qoff : NULL;
-    const int32_t *num = a->q2k_num + (int64_t)bh * nq;
-    const int32_t *idx = a->q2k_idx + (int64_t)bh * nq * a->q2k_width;
-    double *dQ = dq ? dq + qoff : NULL;
-    double *dK = dk ? dk + koff : NULL, *dV = dv ? dv + koff : NULL;
+    head_ctx h = {a, nq, nkv, want_bwd, a->sm_scale * VSA_LOG2E, ts, q_on, kv_on,
+                  a->q + qoff, a->k + koff, a->v + koff, a->dO ? a->dO + qoff : NULL,
+                  a->o_in ? a->o_in + qoff : NULL, a->lse_in ? a->lse_in + loff : NULL,
+                  a->q2k_num + (int64_t)bh * nq,
+                  a->q2k_idx + (int64_t)bh * nq * a->q2k_width,
+                  dq ? dq + qoff : NULL, dk ? dk + koff : NULL, dv ? dv + koff : NULL,
+                  o_out ? o_out + qoff : NULL, lse_out ? lse_out + loff : NULL,
+                  row_lse, row_delta, listed, n_listed, sel};
 
     /* Produced rows start from zero: they are sums. */
     for (int i = 0; i < nq; i++)
-      if (q_on[i]) zero_block(dQ, i, BLK, Sq, D, ts);
+      if (q_on[i]) zero_block(h.dQ, i, BLK, Sq, D, ts);
     for (int j = 0; j < nkv; j++)
       if (kv_on[j]) {
-        zero_block(dK, j, BLK, Skv, D, ts);
-        zero_block(dV, j, BLK, Skv, D, ts);
+        zero_block(h.dK, j, BLK, Skv, D, ts);
+        zero_block(h.dV, j, BLK, Skv, D, ts);
       }
-
-    for (int i = 0; i < nq; i++) {
-      if (vsa_poll_stop() != 0) { /* the fp64 brute force is slow */
-        rc = -1;
-        goto done;
+    int es, ed;
+    if (pass_failed(vsa_run_slices(nq, threads, pass_a, &h, &es, &ed), Skv)) goto done;
+    if (!sel) continue;
+    /* Which q blocks select each produced kv block (repeats count once). */
+    memset(sel, 0, (size_t)n_listed * nq);
+    for (int i = 0; i < nq; i++)
+      for (int t = 0; t < h.num[i]; t++) {
+        int j = h.idx[(int64_t)i * a->q2k_width + t];
+        if (kv_on[j]) sel[(int64_t)slot[j] * nq + i] = 1;
       }
-      /* This q block's mask row. */
-      memset(mask, 0, (size_t)nkv);
-      for (int t = 0; t < num[i]; t++)
-        mask[idx[(int64_t)i * a->q2k_width + t]] = 1;
-      int feeds_kv = 0;
-      for (int j = 0; j < nkv; j++) feeds_kv |= mask[j] && kv_on[j];
-      if (!q_on[i] && !(feeds_kv && want_bwd)) continue;
-
-      /* Keys this block's rows visit: all valid keys when a forward or dq
-       * is needed, else only those of listed kv blocks. */
-      int all = a->o_in == NULL || q_on[i];
-      int nk = 0;
-      for (int j = 0; j < nkv; j++) {
-        if (!mask[j] || !(all || kv_on[j])) continue;
-        for (int t = 0; t < a->vbs[j] && j * BLK + t < Skv; t++)
-          keys[nk++] = j * BLK + t;
-      }
-
-      int r1 = (i + 1) * BLK < Sq ? (i + 1) * BLK : Sq;
-      for (int r = i * BLK; r < r1; r++) {
-        const double *q = Q + (int64_t)r * ts;
-        for (int t = 0; t < nk; t++)
-          x[t] = dot(q, K + (int64_t)keys[t] * ts, D) * c;
-
-        const double *o;
-        double lse;
-        if (a->o_in) {
-          o = a->o_in + qoff + (int64_t)r * ts;
-          lse = a->lse_in[loff + r];
-        } else {
-          memset(orow, 0, (size_t)D * sizeof *orow);
-          lse = VSA_LSE_EMPTY;
-          if (nk > 0) {
-            double m = -INFINITY, sum = 0;
-            for (int t = 0; t < nk; t++) m = x[t] > m ? x[t] : m;
-            for (int t = 0; t < nk; t++) sum += exp2(x[t] - m);
-            lse = m + log2(sum);
-            for (int t = 0; t < nk; t++) {
-              double p = exp2(x[t] - lse);
-              const double *vc = V + (int64_t)keys[t] * ts;
-              for (int d = 0; d < D; d++) orow[d] += p * vc[d];
-            }
-          }
-          o = orow;
-          if (q_on[i] && o_out)
-            memcpy(o_out + qoff + (int64_t)r * ts, orow,
-                   (size_t)D * sizeof *orow);
-          if (q_on[i] && lse_out) lse_out[loff + r] = lse;
-        }
-        if (!want_bwd) continue;
-
-        const double *g = dO + (int64_t)r * ts;
-        double delta = dot(g, o, D);
-        double *dqr = dQ && q_on[i] ? dQ + (int64_t)r * ts : NULL;
-        for (int t = 0; t < nk; t++) {
-          int kc = keys[t];
-          int kv_row = kv_on[kc / BLK];
-          if (!dqr && !kv_row) continue;
-          double p = exp2(x[t] - lse);
-          const double *kr = K + (int64_t)kc * ts, *vr = V + (int64_t)kc * ts;
-          double ds = p * (dot(g, vr, D) - delta);
-          if (dqr)
-            for (int d = 0; d < D; d++) dqr[d] += a->sm_scale * ds * kr[d];
-          if (kv_row && dK)
-            for (int d = 0; d < D; d++)
-              dK[(int64_t)kc * ts + d] += a->sm_scale * ds * q[d];
-          if (kv_row && dV)
-            for (int d = 0; d < D; d++) dV[(int64_t)kc * ts + d] += p * g[d];
-        }
-      }
-    }
+    const int chunks = (BLK + CHUNK - 1) / CHUNK;
+    if (pass_failed(vsa_run_slices(n_listed * chunks, threads, pass_b, &h, &es, &ed), Skv))
+      goto done;
   }
   rc = 0;
 
@@ -278,9 +403,10 @@ done:
   free(bh_on);
   free(q_on);
   free(kv_on);
-  free(mask);
-  free(keys);
-  free(x);
-  free(orow);
+  free(listed);
+  free(slot);
+  free(row_lse);
+  free(row_delta);
+  free(sel);
   return rc;
 }

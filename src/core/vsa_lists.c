@@ -17,92 +17,23 @@
  * slot is thread-local).
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bsa.h"
 #include "check.h"
+#include "slices.h"
 #include "tensor.h"
 #include "vsa_lists.h"
 
 int
 vsa_lists_default_threads(void)
 {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  if (n < 1) n = 1;
-  if (n > 64) n = 64;
-  return (int)n;
+  return vsa_host_threads();
 }
 
-// ----------------------------------------------------------------------------
-// slices on threads
-
-/* What a slice failed with; the lowest failing slice is kept. */
+/* What a slice failed with (slices.h); the lowest failing slice is kept. */
 enum { SLICE_OK = 0, SLICE_OOM, SLICE_NONFINITE_Q, SLICE_NONFINITE_K };
-
-typedef struct {
-  int (*fn)(void *ctx, int slice, int *detail); /* returns a SLICE_ code */
-  void *ctx;
-  int nslices, nthreads, tid;
-  pthread_mutex_t *mu;
-  int *err, *err_slice, *err_detail;
-} slice_job;
-
-static void *
-slice_worker(void *arg)
-{
-  slice_job *j = arg;
-  for (int s = j->tid; s < j->nslices; s += j->nthreads) {
-    int detail = 0;
-    int rc = j->fn(j->ctx, s, &detail);
-    if (rc != SLICE_OK) {
-      pthread_mutex_lock(j->mu);
-      if (*j->err == SLICE_OK || s < *j->err_slice) {
-        *j->err = rc;
-        *j->err_slice = s;
-        *j->err_detail = detail;
-      }
-      pthread_mutex_unlock(j->mu);
-      break;
-    }
-  }
-  return NULL;
-}
-
-/* Run fn on slices 0..nslices-1 with up to nthreads threads (slice s on
- * thread s mod n). Returns the first failure's code (and its slice). */
-static int
-run_slices(int nslices, int nthreads, int (*fn)(void *, int, int *),
-           void *ctx, int *err_slice, int *err_detail)
-{
-  if (nthreads < 1) nthreads = 1;
-  if (nthreads > nslices) nthreads = nslices;
-  if (nthreads > 64) nthreads = 64;
-  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  int err = SLICE_OK;
-  *err_slice = -1;
-  *err_detail = 0;
-  slice_job jobs[64];
-  pthread_t th[64];
-  int started = 0;
-  for (int t = 0; t < nthreads; t++) {
-    jobs[t] = (slice_job){fn, ctx, nslices, nthreads, t, &mu, &err, err_slice,
-                          err_detail};
-  }
-  /* Thread 0's share runs here; a thread that cannot start has its share
-   * run here too (slower, same results). */
-  for (int t = 1; t < nthreads; t++) {
-    if (pthread_create(&th[t], NULL, slice_worker, &jobs[t]) != 0) break;
-    started = t;
-  }
-  slice_worker(&jobs[0]);
-  for (int t = started + 1; t < nthreads; t++) slice_worker(&jobs[t]);
-  for (int t = 1; t <= started; t++) pthread_join(th[t], NULL);
-  pthread_mutex_destroy(&mu);
-  return err;
-}
 
 // ----------------------------------------------------------------------------
 // latent layout
@@ -277,7 +208,7 @@ vsa_smooth_latent(uint16_t *x, int BH, int D, const vsa_latent *lat,
     c.norm[2] = norms + lat->W + lat->Hh;
   }
   int es, ed;
-  int rc = run_slices(BH, nthreads, smooth_slice, &c, &es, &ed);
+  int rc = vsa_run_slices(BH, nthreads, smooth_slice, &c, &es, &ed);
   free(g); free(norms); free(tok);
   if (rc != SLICE_OK)
     return vsa_fail("smooth_latent: out of host memory (slice %d, %lld cells x %d)", es,
@@ -472,7 +403,7 @@ vsa_build_vsa_topk(const uint16_t *q, const uint16_t *k, int BH, int block, int 
                       q_vbs[j], block);
   topk_ctx c = {q, k, block, nq, nkv, D, topk, width, q_vbs, kv_vbs, idx, num};
   int es, ed;
-  int rc = run_slices(BH, nthreads, topk_slice, &c, &es, &ed);
+  int rc = vsa_run_slices(BH, nthreads, topk_slice, &c, &es, &ed);
   switch (rc) {
   case SLICE_OK: return 0;
   case SLICE_NONFINITE_Q:
