@@ -108,6 +108,25 @@ function M.supported(name, device, p)
   return true
 end
 
+-- fits(b, p) -> ok, why, need: can backend b (a name or a registered
+-- record) take point p (a problem or an experiment's point: its block,
+-- default 64, and layout, default 'bhsd'; nil: any point)? Decided from
+-- what the record declares alone (only_block: the one block size it
+-- takes), never from the device: experiments ask it before any GPU work,
+-- so --check says so on any host, and the record's supported() asks it
+-- first. On false, need holds the point fields that would fit ({block =
+-- 128}), for a hint. No built-in declares a layout it refuses: plug-ins
+-- and peers check theirs in supported(). Raises "no backward named 'x'"
+-- for an unknown name.
+function M.fits(b, p)
+  if type(b) ~= "table" then b = M.get(b) end
+  if b.only_block and p and (p.block or 64) ~= b.only_block then
+    return false, b.name .. " takes block " .. b.only_block .. " only, got " .. tostring(p.block or 64),
+      {block = b.only_block}
+  end
+  return true
+end
+
 -- Backends that run on device for problem p (optional), in registration order.
 function M.available(device, p)
   local out = {}
@@ -215,17 +234,17 @@ end
 -- the same bits every run, the default), else fp32 in arrival order (the
 -- `-fp32` variants: run-to-run differences within rounding, never
 -- bitwise reproducible; their rows say deterministic=false).
--- only_block: the version takes that block size alone (v5: 128).
+-- only_block: the version takes that block size alone (v5: 128; M.fits
+-- reads it, before any device check).
 local function sm90a(name, version, det, description, variant_of, only_block)
-  local function supported(device, p)
-    if only_block and p and (p.block or 64) ~= only_block then
-      return false, name .. " takes block " .. only_block .. " only, got " .. tostring(p.block or 64)
-    end
+  local b = {name = name, description = description, variant_of = variant_of,
+    deterministic_dq = det, only_block = only_block}
+  b.supported = function(device, p)
+    local ok, why = M.fits(b, p)
+    if not ok then return false, why end
     return sm90a_supported(name, device, p)
   end
-  native({name = name, description = description, variant_of = variant_of,
-    deterministic_dq = det, supported = supported, only_block = only_block},
-    "backward_sm90a", {version = version, deterministic = det})
+  native(b, "backward_sm90a", {version = version, deterministic = det})
 end
 sm90a("sm90a", 3, true,
   "native Hopper backward (v3 at block 64, v5 at 128): warp-specialized, TMA + mbarrier producer, bulk dQ reduce, dQ in int32 fixed point (same bits every run)")

@@ -153,15 +153,21 @@ function M.run(e)
   -- A kernel of one block size (sm90a-v5: 128) named for points of
   -- another: known without a GPU, so --check says so on any host (after
   -- the CPU points' check: a device it cannot use is the first thing to fix).
+  -- backends.fits is the kernel's own static check (its supported() asks
+  -- it too), so the two cannot disagree.
   for name in pairs(e.kernels or {}) do
-    local only = backends.get(name).only_block
-    if only then
-      local any = false
-      for _, c in ipairs(e.configs) do any = any or (c.block or 64) == only end
-      if not any and #e.configs > 0 then
+    local fit, why, need = #e.configs == 0, nil, nil
+    for _, c in ipairs(e.configs) do
+      local ok, w, n = backends.fits(name, c)
+      if ok then fit = true break end
+      why, need = why or w, need or n
+    end
+    if not fit then
+      if need and need.block then
         usage.error(string.format("argument 'kernels': %s takes block %d only, and no point of this run "
-          .. "has it (give -a block=[%d])", name, only, only))
+          .. "has it (give -a block=[%d])", name, need.block, need.block))
       end
+      usage.error("argument 'kernels': " .. tostring(why) .. " (at every point of this run)")
     end
   end
   if checking() then
