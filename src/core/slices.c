@@ -1,5 +1,6 @@
 /* slices.c — independent slices of host work on threads (slices.h). */
 #include <pthread.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "slices.h"
@@ -7,7 +8,8 @@
 int
 vsa_host_threads(void)
 {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  const char *env = getenv("VSALAB_HOST_THREADS");
+  long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;
   if (n > 64) n = 64;
   return (int)n;

@@ -11,7 +11,9 @@
  */
 #pragma once
 
-/* Online processors, clamped to [1, 64]: the default thread count. */
+/* The default thread count: VSALAB_HOST_THREADS when set (tests use it to
+ * show a result does not depend on it), else the online processors;
+ * clamped to [1, 64]. */
 int vsa_host_threads(void);
 
 /* Run fn(ctx, s, &detail) for s = 0..nslices-1 on up to nthreads threads

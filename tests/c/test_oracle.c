@@ -3,7 +3,7 @@
  *
  * Build and run (from the repository root):
  *   gcc -std=c11 -O2 -Wall -Wextra -I src/core -I src/storage tests/c/test_oracle.c \
- *     src/core/oracle.c src/core/compare_cpu.c src/core/list_check.c src/core/check.c \
+ *     src/core/oracle.c src/core/slices.c src/core/compare_cpu.c src/core/list_check.c src/core/check.c \
  *     -I/usr/local/cuda/include \
  *     -L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt -lm \
  *     -o /tmp/test_oracle && /tmp/test_oracle
@@ -581,6 +581,61 @@ test_compare_cpu(void)
         "compare_cpu: a non-float dtype counts as non-finite (fails loudly)");
 }
 
+/* The oracle runs on host threads (slices.h): its outputs must be bitwise
+ * the same with 1 thread and with several, at both block sizes, in BSHD
+ * with ragged and empty kv blocks, for a full run and for spot-check
+ * subsets with o and lse given. */
+static void
+test_thread_count(int block)
+{
+  g_block = block;
+  problem p;
+  setup(&p, 2, 3, 5 * block - 9, 6 * block - 21, 32, 0.17, 4);
+  random_lists(&p);
+  p.vbs[1] = 0;
+  p.vbs[3] = block / 3;
+  p.a.layout = VSA_BSHD;
+  double *o = dalloc(p.nqe, 0), *lse = dalloc((int64_t)2 * 3 * p.a.Sq, 0);
+  double *out[2][5];
+  int32_t qb[2] = {0, 3}, kb[2] = {1, 5};
+  int same = 1, rc = 0;
+  for (int run = 0; run < 2; run++) { /* run 0: all outputs; 1: subsets, o and lse given */
+    for (int t = 0; t < 2; t++) {
+      setenv("VSALAB_HOST_THREADS", t ? "7" : "1", 1);
+      for (int x = 0; x < 5; x++)
+        out[t][x] = dalloc(x == 4 ? (int64_t)2 * 3 * p.a.Sq : x == 0 || x == 3 ? p.nqe : p.nke, NAN);
+      vsa_oracle_args a = p.a;
+      if (run) {
+        a.o_in = o;
+        a.lse_in = lse;
+        a.q_blocks = qb;
+        a.n_q_blocks = 2;
+        a.kv_blocks = kb;
+        a.n_kv_blocks = 2;
+      }
+      rc |= vsa_oracle(&a, run ? NULL : out[t][3], run ? NULL : out[t][4], out[t][0], out[t][1],
+                       out[t][2]);
+    }
+    if (!run) { /* the forward that run 1 is given */
+      memcpy(o, out[0][3], (size_t)p.nqe * sizeof *o);
+      memcpy(lse, out[0][4], (size_t)2 * 3 * p.a.Sq * sizeof *lse);
+    }
+    for (int x = 0; x < 5; x++) {
+      int64_t n = x == 4 ? (int64_t)2 * 3 * p.a.Sq : x == 0 || x == 3 ? p.nqe : p.nke;
+      same &= memcmp(out[0][x], out[1][x], (size_t)n * sizeof(double)) == 0;
+      free(out[0][x]);
+      free(out[1][x]);
+    }
+  }
+  unsetenv("VSALAB_HOST_THREADS");
+  CHECK(rc == 0 && same, "block %d: 1 and 7 host threads give bitwise the same dq, dk, dv, o, lse"
+        " (all rows; subsets with o, lse given)", block);
+  free(o);
+  free(lse);
+  teardown(&p);
+  g_block = 64;
+}
+
 int
 main(void)
 {
@@ -592,6 +647,8 @@ main(void)
   test_finite_differences(128);
   test_block_errors();
   test_given_forward_and_subsets();
+  test_thread_count(64);
+  test_thread_count(128);
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;
 }
