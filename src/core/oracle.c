@@ -19,8 +19,8 @@
  * listed kv blocks. Without o_in such rows still need their whole forward
  * (lse and o over every key), which is the bulk of the time. The work runs
  * on every host core (slices.h) in two passes, and each output element is
- * summed in the order of the plain loop above, so results do not depend on
- * the thread count. Memory is O(Sq + Skv + nq·(listed kv blocks)) beyond
+ * summed in one fixed order (the plain loop's over rows and keys), so
+ * results do not depend on the thread count. Memory is O(Sq + Skv + nq·(listed kv blocks)) beyond
  * the caller's arrays: no S×S matrix is formed.
  *
  * q, k, v, dO, o_in, o_out and dq, dk, dv are in a->layout (BHSD or BSHD,
@@ -124,12 +124,26 @@ check_args(const vsa_oracle_args *a, int want_bwd)
 // ----------------------------------------------------------------------------
 // Helpers
 
+/* Four running sums (d mod 4), added pairwise at the end: independent
+ * chains keep the multiply-adds in flight (one sum waits on each add), and
+ * the order is still fixed. */
 static double
 dot(const double *x, const double *y, int D)
 {
-  double s = 0;
-  for (int d = 0; d < D; d++) s += x[d] * y[d];
-  return s;
+  double s[4] = {0, 0, 0, 0};
+  int d = 0;
+  for (; d + 4 <= D; d += 4)
+    for (int u = 0; u < 4; u++) s[u] += x[d + u] * y[d + u];
+  for (; d < D; d++) s[0] += x[d] * y[d];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* y += c·x (each term (c)·x[d], as the formulas write it); y never
+ * overlaps x (an output row and an input row), which lets it vectorise. */
+static void
+add_scaled(double *restrict y, double c, const double *restrict x, int D)
+{
+  for (int d = 0; d < D; d++) y[d] += c * x[d];
 }
 
 /* Zero rows [blk*block, min(S, (blk+1)*block)) of one head's slice whose
@@ -145,15 +159,16 @@ zero_block(double *p, int blk, int block, int S, int D, int64_t ts)
 
 // ----------------------------------------------------------------------------
 // Oracle, one (b, h) slice at a time, in two passes over host threads
-// (slices.h). Pass A, a q block a slice: the rows' forward (or the given
-// o, lse), Delta, dq. Pass B, CHUNK kv rows of a produced kv block a slice:
+// (slices.h). Pass A, CHUNK rows of a q block a slice: the rows' forward
+// (or the given o, lse), Delta, dq. Pass B, CHUNK kv rows of a produced kv
+// block a slice:
 // dk and dv, each kv row summed over the rows of the q blocks that select
-// its block in ascending order, the serial loop's order. Every output
+// its block in ascending order, the plain loop's order. Every output
 // element is written by one slice in a fixed order, so the results do not
 // depend on the thread count.
 
 enum { ORACLE_OK = 0, ORACLE_OOM, ORACLE_STOP };
-enum { CHUNK = 16 }; /* kv rows a pass-B slice: its K, V rows stay in cache */
+enum { CHUNK = 16 }; /* rows a slice (pass B: its K, V rows stay in cache) */
 
 typedef struct {
   const vsa_oracle_args *a;
@@ -176,16 +191,20 @@ stop_requested(void)
   return vsa_interrupt_flag || vsa_timeout_flag;
 }
 
-/* Pass A: q block i. */
+/* Pass A: rows [i·block + k·CHUNK, +CHUNK) of q block i, slice = i·chunks + k
+ * (a spot check produces few q blocks: their rows are the work). */
 static int
-pass_a(void *ctx, int i, int *detail)
+pass_a(void *ctx, int slice, int *detail)
 {
   const head_ctx *h = ctx;
   const vsa_oracle_args *a = h->a;
   const int BLK = a->block, D = a->D, Sq = a->Sq, Skv = a->Skv, nkv = h->nkv;
+  const int chunks = (BLK + CHUNK - 1) / CHUNK;
+  const int i = slice / chunks, r0 = i * BLK + (slice % chunks) * CHUNK;
   const int64_t ts = h->ts;
   (void)detail;
   if (stop_requested()) return ORACLE_STOP;
+  if (r0 >= Sq) return ORACLE_OK;
 
   uint8_t *mask = calloc((size_t)nkv, 1);
   if (!mask) return ORACLE_OOM;
@@ -196,11 +215,12 @@ pass_a(void *ctx, int i, int *detail)
     free(mask);
     return ORACLE_OK;
   }
-  const int r1 = (i + 1) * BLK < Sq ? (i + 1) * BLK : Sq;
+  int r1 = (i + 1) * BLK < Sq ? (i + 1) * BLK : Sq;
+  if (r0 + CHUNK < r1) r1 = r0 + CHUNK;
   /* A row needed only for dk/dv, with o and lse given: pass B needs only
    * its lse and Delta. */
   if (h->o_in && !h->q_on[i]) {
-    for (int r = i * BLK; r < r1; r++) {
+    for (int r = r0; r < r1; r++) {
       h->row_lse[r] = h->lse_in[r];
       h->row_delta[r] = dot(h->dO + (int64_t)r * ts, h->o_in + (int64_t)r * ts, D);
     }
@@ -221,7 +241,7 @@ pass_a(void *ctx, int i, int *detail)
     if (!mask[j]) continue;
     for (int t = 0; t < a->vbs[j] && j * BLK + t < Skv; t++) keys[nk++] = j * BLK + t;
   }
-  for (int r = i * BLK; r < r1; r++) {
+  for (int r = r0; r < r1; r++) {
     const double *q = h->Q + (int64_t)r * ts;
     for (int t = 0; t < nk; t++) x[t] = dot(q, h->K + (int64_t)keys[t] * ts, D) * h->c;
 
@@ -260,7 +280,7 @@ pass_a(void *ctx, int i, int *detail)
       const double *kr = h->K + (int64_t)keys[t] * ts, *vr = h->V + (int64_t)keys[t] * ts;
       double p = exp2(x[t] - lse);
       double ds = p * (dot(g, vr, D) - delta);
-      for (int d = 0; d < D; d++) dqr[d] += a->sm_scale * ds * kr[d];
+      add_scaled(dqr, a->sm_scale * ds, kr, D);
     }
   }
   free(mask); free(keys); free(x); free(orow);
@@ -294,10 +314,8 @@ pass_b(void *ctx, int slice, int *detail)
         double x = dot(q, kr, D) * h->c;
         double p = exp2(x - lse);
         double ds = p * (dot(g, vr, D) - delta);
-        if (h->dK)
-          for (int d = 0; d < D; d++) h->dK[(int64_t)kc * ts + d] += a->sm_scale * ds * q[d];
-        if (h->dV)
-          for (int d = 0; d < D; d++) h->dV[(int64_t)kc * ts + d] += p * g[d];
+        if (h->dK) add_scaled(h->dK + (int64_t)kc * ts, a->sm_scale * ds, q, D);
+        if (h->dV) add_scaled(h->dV + (int64_t)kc * ts, p, g, D);
       }
     }
   }
@@ -384,7 +402,8 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
         zero_block(h.dV, j, BLK, Skv, D, ts);
       }
     int es, ed;
-    if (pass_failed(vsa_run_slices(nq, threads, pass_a, &h, &es, &ed), Skv)) goto done;
+    const int chunks = (BLK + CHUNK - 1) / CHUNK;
+    if (pass_failed(vsa_run_slices(nq * chunks, threads, pass_a, &h, &es, &ed), Skv)) goto done;
     if (!sel) continue;
     /* Which q blocks select each produced kv block (repeats count once). */
     memset(sel, 0, (size_t)n_listed * nq);
@@ -393,7 +412,6 @@ vsa_oracle(const vsa_oracle_args *a, double *o_out, double *lse_out,
         int j = h.idx[(int64_t)i * a->q2k_width + t];
         if (kv_on[j]) sel[(int64_t)slot[j] * nq + i] = 1;
       }
-    const int chunks = (BLK + CHUNK - 1) / CHUNK;
     if (pass_failed(vsa_run_slices(n_listed * chunks, threads, pass_b, &h, &es, &ed), Skv))
       goto done;
   }
