@@ -367,6 +367,9 @@ tile_map(CUtensorMap *m, const void *data, int layout, int64_t B, int H, int64_t
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+/* Read at every launch, not cached: tests/gpu/ncu_profile.lua sets and
+ * clears VSALAB_ABLATE between launches of one process (getenv costs far
+ * less than a launch). */
 bool
 ablate(const char *what)
 {

@@ -233,7 +233,9 @@ int heads_per_group(int64_t BH, int64_t Sq, int chunks);
  * kernels skip the dQ reduce (dq is wrong; only timings mean anything).
  * no_pdl: the fixed-point v3 main kernel is a plain stream-ordered launch,
  * not a programmatic dependent of the row-exponent launch (results are
- * unchanged; its griddepcontrol.wait then returns at once). */
+ * unchanged; its griddepcontrol.wait then returns at once). v5_joint,
+ * v5_no_pingpong: earlier variants of the block-128 kernel (v5's two
+ * barriers a pair; lockstep), results unchanged. */
 bool ablate(const char *what);
 
 /* A 3D tensor map (column, head, row) over a bf16 tensor of B·H heads of
