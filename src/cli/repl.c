@@ -298,7 +298,12 @@ vsa_repl(lua_State *L)
   /* A lazy `db` global: the results DB, opened read-only on first use. */
   (void)luaL_dostring(L,
     "db = setmetatable({}, {__index = function(t, k)\n"
-    "  local d = vsalab.db_open(vsalab.context.db_path, {readonly = true})\n"
+    "  local path = vsalab.context.db_path\n"
+    "  local f = io.open(path, 'rb')\n"
+    "  if not f then error(string.format('no results DB at %s: `vsalab run "
+    "experiments/smoke.lua` writes one, or start the REPL with --db PATH', path), 2) end\n"
+    "  f:close()\n"
+    "  local d = vsalab.db_open(path, {readonly = true})\n"
     "  rawset(_G, 'db', d)\n"
     "  local v = d[k]\n"
     "  if type(v) == 'function' then return function(_, ...) return v(d, ...) end end\n"

@@ -154,6 +154,16 @@ describe("vsalab repl", function()
     assert.truthy(err:find("(unfinished chunk dropped)", 1, true), err)
   end)
 
+  it("says how to get a results DB when db is used without one", function()
+    -- It said "cannot open read-only: No such file or directory" from the
+    -- lazy db's opener.
+    local rc, _, err = H.sh(string.format(
+      "printf 'db:q(\"SELECT 1\")\n' | HOME=%s %s repl --db %s/missing.db", dir, H.exe, dir))
+    assert.equal(0, rc, err)
+    assert.truthy(err:find("stdin:1: no results DB at " .. dir .. "/missing.db", 1, true), err)
+    assert.truthy(err:find("vsalab run experiments/smoke.lua", 1, true), err)
+  end)
+
   it("keeps an error's position at the prompt, and every value an expression returns", function()
     -- `error("boom")` compiled as `return error("boom")` is a tail call:
     -- it lost "stdin:1:". Multiple values and a trailing comment still work.
