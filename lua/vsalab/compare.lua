@@ -394,6 +394,15 @@ function M.main(argv)
     io.stderr:write("vsalab compare: give a kernel on both sides (RUN:KERNEL) or on neither\n")
     return 2
   end
+  -- The inversion's rows time q2k -> k2q, not a backward: a figure to set
+  -- beside another inversion only.
+  if sa.kernel and (sa.kernel == "invert") ~= (sb.kernel == "invert") then
+    db:close()
+    io.stderr:write(string.format("vsalab compare: %s times the q2k -> k2q inversion and %s a "
+      .. "backward: compare an inversion with an inversion\n", sa.kernel == "invert" and refs[1] or refs[2],
+      sa.kernel == "invert" and refs[2] or refs[1]))
+    return 2
+  end
   if sa.run == sb.run and sa.kernel == sb.kernel then -- e.g. a revision and `latest` naming the same run
     db:close()
     io.stderr:write(string.format("vsalab compare: %s and %s both name run %s\n", refs[1], refs[2], sa.label))

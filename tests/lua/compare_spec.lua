@@ -91,6 +91,25 @@ describe("vsalab compare", function()
     assert.truthy(out:match("NEW FAIL"))
   end)
 
+  it("refuses to set the inversion's rows beside a backward's", function()
+    -- It judged every point FAST (B/A 0.000). A copy of the DB gets
+    -- inversion rows (the other tests count this DB's points).
+    local inv = path .. ".invert.db"
+    assert.equal(0, (H.sh(string.format("cp %s %s", path, inv))))
+    local w = vsalab.db_open(inv)
+    w:q([[INSERT INTO result (run_id, experiment, kernel, B, H, Sq, Skv, D, block, density, ms_median)
+          SELECT run_id, experiment, 'invert', B, H, Sq, Skv, D, block, density, ms_median / 100
+          FROM result WHERE kernel = 'reference' AND run_id IN (?, ?)]], a, b)
+    w:close()
+    local rc, out, err = H.vsalab("compare --db " .. inv .. " " .. a .. ":reference " .. a .. ":invert")
+    assert.equal(2, rc, out)
+    assert.truthy(err:find(a .. ":invert times the q2k -> k2q inversion and " .. a .. ":reference a backward",
+      1, true), err)
+    local rc2, out2, err2 = H.vsalab("compare --db " .. inv .. " " .. a .. ":invert " .. b .. ":invert")
+    assert.are_not.equal(2, rc2, err2)
+    assert.truthy(out2:find("matching point", 1, true), out2)
+  end)
+
   it("resolves a revision prefix to its latest run and refuses an ambiguous one", function()
     local w = vsalab.db_open(path)
     w:q("UPDATE run SET git_rev = 'abcd1234' WHERE id IN (?, ?)", a, b)
