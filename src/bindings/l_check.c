@@ -185,7 +185,8 @@ l_oracle(lua_State *L)
   for (int i = 0; i < 5; i++) {
     outs[i] = vsa_lua_newtensor(L, VSA_F64, VSA_CPU, i == 1 ? 3 : 4,
                                 i == 1 ? sl : (i >= 3 ? sk : so));
-    vsa_tensor_fill(outs[i], NAN);
+    /* The fill polls for a stop: a point timeout met here ends the call. */
+    if (vsa_tensor_fill(outs[i], NAN) != 0) return vsa_lua_raise(L);
     lua_setfield(L, -2, names[i]);
   }
   if (vsa_oracle(&a, vsa_tensor_data(outs[0]), vsa_tensor_data(outs[1]),

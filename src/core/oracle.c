@@ -242,6 +242,10 @@ pass_a(void *ctx, int slice, int *detail)
     for (int t = 0; t < a->vbs[j] && j * BLK + t < Skv; t++) keys[nk++] = j * BLK + t;
   }
   for (int r = r0; r < r1; r++) {
+    if (stop_requested()) { /* a row may span millions of keys */
+      free(mask); free(keys); free(x); free(orow);
+      return ORACLE_STOP;
+    }
     const double *q = h->Q + (int64_t)r * ts;
     for (int t = 0; t < nk; t++) x[t] = dot(q, h->K + (int64_t)keys[t] * ts, D) * h->c;
 

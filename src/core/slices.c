@@ -1,5 +1,7 @@
 /* slices.c — independent slices of host work on threads (slices.h). */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -8,8 +10,18 @@
 int
 vsa_host_threads(void)
 {
+  /* VSALAB_HOST_THREADS: a decimal count; anything else reads as unset. */
   const char *env = getenv("VSALAB_HOST_THREADS");
-  long n = env && *env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+  if (env && *env) {
+    char *end;
+    long n = strtol(env, &end, 10);
+    if (*end == '\0' && n >= 1) return n > 64 ? 64 : (int)n;
+  }
+  /* The processors this process may run on (taskset, a Slurm or cgroup
+   * CPU set), not every online one. */
+  cpu_set_t set;
+  long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                       : sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 1) n = 1;
   if (n > 64) n = 64;
   return (int)n;

@@ -11,9 +11,10 @@
  */
 #pragma once
 
-/* The default thread count: VSALAB_HOST_THREADS when set (tests use it to
- * show a result does not depend on it), else the online processors;
- * clamped to [1, 64]. */
+/* The default thread count, at most 64: VSALAB_HOST_THREADS when it is a
+ * decimal count >= 1 (tests use it to show a result does not depend on
+ * it; any other value reads as unset), else the processors this process
+ * may run on (its CPU affinity: taskset, Slurm, cgroups). */
 int vsa_host_threads(void);
 
 /* Run fn(ctx, s, &detail) for s = 0..nslices-1 on up to nthreads threads

@@ -3,11 +3,15 @@
  *
  * Build and run (from the repository root):
  *   gcc -std=c11 -O2 -Wall -Wextra -I src/core -I src/storage tests/c/test_oracle.c \
- *     src/core/oracle.c src/core/slices.c src/core/compare_cpu.c src/core/list_check.c src/core/check.c \
+ *     src/core/oracle.c src/core/slices.c src/core/block_size.c src/core/layout.c \
+ *     src/core/compare_cpu.c src/core/list_check.c src/core/check.c \
  *     -I/usr/local/cuda/include \
  *     -L/usr/local/cuda/lib64 -lcudart_static -ldl -lpthread -lrt -lm \
  *     -o /tmp/test_oracle && /tmp/test_oracle
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* setenv under -std=c11 */
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
