@@ -2,15 +2,20 @@
 #include "check.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 
 static _Thread_local char last_error[1024] = "no error";
 static _Thread_local int last_oom; /* the last failure was out of device memory */
 
-volatile int vsa_interrupt_flag;
-volatile int vsa_interrupt_raised;
-volatile int vsa_timeout_flag;
+/* C11 atomics, not plain volatile: signal handlers write them and the
+ * oracle's worker threads read them (lock-free atomics are also
+ * async-signal-safe; a data race on a volatile int is not). */
+_Atomic int vsa_interrupt_flag;
+_Atomic int vsa_interrupt_raised;
+_Atomic int vsa_timeout_flag;
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "signal handlers need lock-free atomic ints");
 
 const char *
 vsa_interrupt_message(void)

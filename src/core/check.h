@@ -25,8 +25,8 @@ int vsa_last_error_is_oom(void);
  * signal's number: SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE; 0 when none)
  * or the --point-timeout timer. Long host loops call vsa_poll_stop() every
  * few million elements. */
-extern volatile int vsa_interrupt_flag;
-extern volatile int vsa_timeout_flag;
+extern _Atomic int vsa_interrupt_flag;
+extern _Atomic int vsa_timeout_flag;
 /* The error an interrupt raises, naming its signal: "interrupted!
  * (SIGTERM)" (plain "interrupted!" for an unnamed one). */
 const char *vsa_interrupt_message(void);
@@ -35,7 +35,7 @@ const char *vsa_interrupt_message(void);
  * hook the signal armed must not raise it a second time, inside the error
  * handler) or "point timeout!" (consumed) recorded. */
 int vsa_poll_stop(void);
-extern volatile int vsa_interrupt_raised;
+extern _Atomic int vsa_interrupt_raised;
 /* How many elements a host loop handles between two vsa_poll_stop() calls. */
 #define VSA_POLL_EVERY ((int64_t)1 << 22)
 
