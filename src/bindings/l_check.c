@@ -2,6 +2,7 @@
  * (src/core/oracle.c) and compare (relative L2, max abs, NaN/Inf counts; on the
  * GPU through kernels/compare.cu). Argument checks come from l_args.h.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -81,7 +82,14 @@ field_ids(lua_State *L, int idx, const char *k, int *n, int limit)
     return NULL;
   }
   if (!lua_istable(L, -1)) vsa_lua_errorf(L, "field '%s' must be a list of ids", k);
-  int m = (int)lua_objlen(L, -1);
+  /* A list, not any table: {0, nil, 2} has a border at 1 or 3 (lua_objlen
+   * may give either), so count the keys and require exactly 1..m. An empty
+   * list would check nothing: absent means "all", so {} is an error. */
+  int m = (int)lua_objlen(L, -1), keys = 0;
+  for (lua_pushnil(L); lua_next(L, -2); lua_pop(L, 1)) keys++;
+  if (m < 1 || keys != m)
+    vsa_lua_errorf(L, "field '%s' must be a non-empty list of ids {i1, i2, ...} without holes "
+                   "(leave it out to take all)", k);
   int32_t *ids = lua_newuserdata(L, sizeof(int32_t) * (m > 0 ? m : 1));
   for (int i = 0; i < m; i++) {
     lua_rawgeti(L, -2, i + 1);
@@ -132,14 +140,26 @@ l_oracle(lua_State *L)
     return vsa_lua_errorf(L, "q, k, v, dO must be [B,H,S,D] (layout bhsd) or [B,S,H,D] (bshd)");
   attn_dims d = {q->shape[0], q->shape[hd], q->shape[sd], k->shape[sd], q->shape[3], VSA_CPU, 0,
                  layout};
+  if (d.D < 1)
+    return vsa_lua_errorf(L, "q: head dim D must be at least 1, got %lld", (long long)d.D);
+  /* oracle.c counts heads, rows and D in int. */
+  if (d.B * d.H > INT_MAX || d.Sq > INT_MAX || k->shape[sd] > INT_MAX || d.D > INT_MAX)
+    return vsa_lua_errorf(L, "q, k: B*H, Sq, Skv and D must each be at most %d for the oracle",
+                          INT_MAX);
   vsa_arg_token_shape(L, k, "k", layout, "Skv", d.B, d.H, d.Skv, d.D);
   if (o) vsa_arg_token_shape(L, o, "o", layout, "Sq", d.B, d.H, d.Sq, d.D);
   if (lse) {
     int64_t wl[3] = {d.B, d.H, d.Sq};
     vsa_arg_shape(L, lse, "lse", 3, wl);
   }
-  if (d.Sq % 64 || d.Skv % 64 || d.Sq < 1 || d.Skv < 1)
-    return vsa_lua_errorf(L, "sequence lengths must be positive multiples of 64");
+  /* Tensors of the other layout read as other dims: name the layout. */
+  const char *as = layout == VSA_BSHD ? "layout bshd [B,S,H,D]" : "layout bhsd [B,H,S,D]";
+  if (d.Sq % 64 || d.Sq < 1)
+    return vsa_lua_errorf(L, "q: sequence length %lld (dim %d, %s) is not a positive multiple of 64",
+                          (long long)d.Sq, sd + 1, as);
+  if (d.Skv % 64 || d.Skv < 1)
+    return vsa_lua_errorf(L, "k: sequence length %lld (dim %d, %s) is not a positive multiple of 64",
+                          (long long)d.Skv, sd + 1, as);
   vsa_arg_token_shape(L, dO, "dO", layout, "Sq", d.B, d.H, d.Sq, d.D);
   vsa_arg_token_shape(L, v, "v", layout, "Skv", d.B, d.H, d.Skv, d.D);
   if (vbs->ndim != 1)

@@ -336,6 +336,35 @@ describe("silent garbage", function()
     d:close()
   end)
 
+  it("refuses empty, holed and non-list id fields and a head dim of 0 in the oracle", function()
+    local p = vsalab.problem.build{H = 2, Sq = 256, D = 16, topk = 1, seed = H.seed(), device = "cpu"}
+    local function args(k, ids)
+      local a = {q = p.q, k = p.k, v = p.v, dO = p.dO, q2k_idx = p.q2k_idx, q2k_num = p.q2k_num,
+        variable_block_sizes = p.vbs}
+      a[k] = ids
+      return a
+    end
+    for _, k in ipairs{"bh", "q_blocks", "kv_blocks"} do
+      -- {} would check nothing; {0, nil, 1} might read as {0}; a map is no list.
+      for _, ids in ipairs{{}, {0, nil, 1}, {[2] = 1}, {0, x = 1}} do
+        local e = H.err(vsalab.oracle, args(k, ids))
+        assert.truthy(e:find("field '" .. k .. "' must be a non-empty list of ids", 1, true), e)
+      end
+      -- A proper list still works (the check is not a blanket refusal).
+      local r = vsalab.oracle(args(k, {0, 1}))
+      assert.equal("f64", r.dq.dtype)
+    end
+    local z = vsalab.zeros({1, 2, 256, 0}, {dtype = "bf16"})
+    local e = H.err(vsalab.oracle, {q = z, k = z, v = z, dO = z, q2k_idx = p.q2k_idx,
+      q2k_num = p.q2k_num, variable_block_sizes = p.vbs})
+    assert.truthy(e:find("q: head dim D must be at least 1, got 0", 1, true), e)
+    -- [B,H,S,D] tensors called as bshd: the message names the layout read.
+    local a = args("bh", nil)
+    a.layout = "bshd"
+    e = H.err(vsalab.oracle, a)
+    assert.truthy(e:find("q: sequence length 2 (dim 2, layout bshd [B,S,H,D]) is not a positive multiple of 64", 1, true), e)
+  end)
+
   it("returns the given forward as the oracle's o and lse", function()
     local p = vsalab.problem.build{H = 1, Sq = 128, D = 16, topk = 1, seed = H.seed(), device = "cpu"}
     local r = vsalab.oracle{q = p.q, k = p.k, v = p.v, dO = p.dO, o = p.o, lse = p.lse,
