@@ -285,7 +285,15 @@ function M.main(argv)
     -- a blank line and exit 0.
     if not sql:find("%S") then return fail("the SQL is empty") end
     local vals = {}
-    for i, v in ipairs(o.rest) do vals[i] = tonumber(v) or v end
+    -- A value binds as a number only when it is written as one reads back
+    -- ('3', '-2', '0.5'): '0123', '0x10', '1e3' and ' 5' stay text, as
+    -- typed (an id or a revision prefix can look numeric).
+    for i, v in ipairs(o.rest) do
+      local n = tonumber(v)
+      local plain = n and ((v:match("^%-?[1-9]%d*$") and math.abs(n) < 2 ^ 53) or v == "0"
+        or tostring(n) == v)
+      vals[i] = plain and n or v
+    end
     -- Lua passes at most a few thousand values to a call; SQLite binds
     -- ?1..?32766: beyond 999 a statement is not what anyone typed.
     if #vals > 999 then return fail(string.format("at most 999 values, got %d", #vals)) end

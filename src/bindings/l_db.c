@@ -476,6 +476,13 @@ l_db_q(lua_State *L)
     return luaL_error(L, "db:q runs one statement; found more after it: "
                          "'%s'", tail);
   }
+  /* A read-only connection's main DB cannot change, but VACUUM INTO
+   * writes a new file from it: a statement that writes is refused there. */
+  if (sqlite3_db_readonly(h, "main") == 1 && !sqlite3_stmt_readonly(*g)) {
+    sqlite3_finalize(*g);
+    *g = NULL;
+    return luaL_error(L, "db:q: the DB is open read-only and this statement writes: '%s'", sql);
+  }
   int nparams = sqlite3_bind_parameter_count(*g);
   if (nparams != nargs) {
     sqlite3_finalize(*g);

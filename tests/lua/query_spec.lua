@@ -3,6 +3,12 @@ local H = require "helpers"
 
 describe("result queries", function()
   local dir, db = H.smoke_db("q.db")
+  -- A DB of two smoke runs (for compare), built on first use.
+  local two
+  local function two_run_db()
+    if not two then two = select(2, H.smoke_db("q2.db", 2)) end
+    return two
+  end
   teardown(function() os.execute("rm -rf " .. dir) end)
 
   it("lists runs in every format", function()
@@ -71,9 +77,10 @@ describe("result queries", function()
     -- Each command on its own copy (a WAL-mode file, as runs write it).
     local out = H.tmpdir()
     for i, cmd in ipairs{"runs", "show latest", "query 'SELECT count(*) FROM result'",
-                         "compare 1:reference 1:invert", "report -o " .. out .. "/r.html"} do
+                         "compare 1 2", "report -o " .. out .. "/r.html"} do
       local c = dir .. "/ro" .. i .. ".db"
-      os.execute("cp " .. db .. " " .. c)
+      -- compare sets two runs' rows side by side: a DB with two.
+      os.execute("cp " .. (cmd:find("^compare") and two_run_db() or db) .. " " .. c)
       local rc, _, err = H.vsalab(cmd .. " --db " .. c)
       assert.equal(0, rc, cmd .. ": " .. err)
       for _, ext in ipairs{"-wal", "-shm", "-journal"} do
@@ -206,7 +213,18 @@ describe("result queries", function()
     local d = vsalab.db_open(db, {readonly = true})
     assert.equal(8, #d:q("SELECT id FROM result"))
     d:close()
+    -- VACUUM INTO writes a new file from a read-only DB: refused too.
+    local copy = db .. ".copy"
+    local rcv, _, errv = H.vsalab("query --db " .. db .. " \"VACUUM INTO '" .. copy .. "'\"")
+    assert.equal(1, rcv, errv)
+    assert.truthy(errv:find("open read-only and this statement writes", 1, true), errv)
+    assert.is_nil(io.open(copy))
     assert.equal(1, (H.vsalab("query --db " .. db .. " \"SELEC nonsense\"")))
+    -- Values bind as typed: only a number written as one binds as a number.
+    local rcb, outb = H.vsalab("query --db " .. db .. " --format csv \"SELECT typeof(?1) AS a, ?1 AS a1, "
+      .. "typeof(?2) AS b, typeof(?3) AS c, typeof(?4) AS d, typeof(?5) AS e, ?6 AS f\" 0123 3 0.5 0x10 1e3 -7")
+    assert.equal(0, rcb, outb)
+    assert.equal("a,a1,b,c,d,e,f\ntext,0123,integer,real,text,text,-7\n", outb)
     -- One statement; a trailing comment is fine, a second statement is not.
     local rc2, out2 = H.vsalab("query --db " .. db .. " \"SELECT 7 AS x; -- why\" --format csv")
     assert.equal(0, rc2)
@@ -310,11 +328,12 @@ describe("result queries", function()
     -- A directory this user may read but not write: as root (CI) that
     -- needs another user, so a copy of the binary runs as nobody.
     local ro = H.tmpdir()
-    os.execute("cp " .. db .. " " .. ro .. "/t.db && cp " .. H.exe .. " " .. ro .. "/vsalab")
+    os.execute("cp " .. db .. " " .. ro .. "/t.db && cp " .. two_run_db() .. " " .. ro .. "/t2.db && cp "
+      .. H.exe .. " " .. ro .. "/vsalab")
     H.write(ro .. "/log.lua", "vsalab.log{experiment = 'x', kernel = 'k'}\n")
     os.execute("chmod 644 " .. ro .. "/log.lua")
     local root = H.sh("test \"$(id -u)\" = 0") == 0
-    os.execute("chmod 755 " .. ro .. " " .. ro .. "/vsalab && chmod 644 " .. ro .. "/t.db")
+    os.execute("chmod 755 " .. ro .. " " .. ro .. "/vsalab && chmod 644 " .. ro .. "/t.db " .. ro .. "/t2.db")
     if not root then os.execute("chmod 555 " .. ro) end
     local as = root and "runuser -u nobody -- " or ""
     local function ro_vsalab(args)
@@ -323,8 +342,8 @@ describe("result queries", function()
     -- The directory really is read-only to that user.
     assert.is_not.equal(0, (H.sh(as .. "touch " .. ro .. "/probe")))
     for _, cmd in ipairs{"runs", "show latest", "query \"SELECT count(*) AS n FROM result\"",
-                         "compare 1:reference 1:invert"} do
-      local rc, out, err = ro_vsalab(cmd .. " --db " .. ro .. "/t.db")
+                         "compare 1 2"} do
+      local rc, out, err = ro_vsalab(cmd .. " --db " .. ro .. (cmd:find("^compare") and "/t2.db" or "/t.db"))
       assert.equal(0, rc, cmd .. ": " .. err)
       assert.truthy(#out > 0, cmd)
     end
