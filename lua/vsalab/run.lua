@@ -448,7 +448,7 @@ function M.finish(status, err)
   if not s.worker and s.id then
     -- What the interrupt note says (M.interrupted_note).
     local okc, c = pcall(s.db.q, s.db, "SELECT count(*) AS n FROM result WHERE run_id = ?", s.id)
-    M.ended = {id = s.id, status = status, rows = okc and c[1] and c[1].n or nil}
+    M.ended = {id = s.id, status = status, rows = okc and c[1] and c[1].n or nil, path = s.path}
     pcall(s.db.q, s.db, "PRAGMA busy_timeout = " .. LOCK_WAIT_MS)
     for _ = 1, 3 do
       ok, why = pcall(s.db.end_run, s.db, s.id, status, err)
@@ -519,6 +519,18 @@ function M.interrupted_note()
   end
   return string.format("run %d interrupted after %s row%s; continue with `%s`", e.id,
     e.rows and tostring(e.rows) or "its", e.rows == 1 and "" or "s", table.concat(words, " "))
+end
+
+-- After the host closed a finished run: where its rows went, "run N
+-- finished: K rows in PATH; see them with `vsalab show N --db PATH`". nil
+-- when this process closed no run row as 'finished' (a script that logged
+-- nothing, a --devices worker).
+function M.finished_note()
+  local e = M.ended
+  if not (e and e.status == "finished" and e.id and e.path) then return nil end
+  local db = e.path == "results.db" and "" or " --db " .. shell_word(e.path)
+  return string.format("run %d finished: %s row%s in %s; see them with `vsalab show %d%s`",
+    e.id, e.rows and tostring(e.rows) or "its", e.rows == 1 and "" or "s", e.path, e.id, db)
 end
 
 -- os.exit from a script would skip the host's closing of the run row: close

@@ -506,18 +506,24 @@ finish_run(lua_State *L, const char *status, const char *err)
  * (vsalab.run.interrupted_note, when it closed a run row) and return the
  * exit status, 128 + SIGINT for Ctrl-C, 1 for the other signals (a second
  * signal's forced exit is 128 + its number: tests tell the two apart). */
-static int
-interrupted_exit(lua_State *L, int sig)
+static void
+print_run_note(lua_State *L, const char *which)
 {
   lua_getglobal(L, "require");
   lua_pushstring(L, "vsalab.run");
   if (vsa_host_docall(L, 1, 1) == 0) {
-    lua_getfield(L, -1, "interrupted_note");
+    lua_getfield(L, -1, which);
     lua_remove(L, -2);
     if (vsa_host_docall(L, 0, 1) == 0 && lua_type(L, -1) == LUA_TSTRING)
       fprintf(stderr, "vsalab: %s\n", lua_tostring(L, -1));
   }
   lua_pop(L, 1);
+}
+
+static int
+interrupted_exit(lua_State *L, int sig)
+{
+  print_run_note(L, "interrupted_note");
   return sig == SIGINT ? 128 + SIGINT : 1;
 }
 
@@ -587,7 +593,10 @@ vsa_host_run_script(lua_State *L, const vsa_host_options *o)
     finish_run(L, "interrupted", vsa_interrupt_message());
     return piped ? EXIT_PIPE : interrupted_exit(L, stopped);
   }
-  return finish_run(L, "finished", NULL) == 0 ? 0 : 1;
+  if (finish_run(L, "finished", NULL) != 0) return 1;
+  /* Where the rows went: the run id and DB the next command needs. */
+  print_run_note(L, "finished_note");
+  return 0;
 }
 
 /* The message of the last error vsa_host_run_module printed. */
