@@ -417,8 +417,11 @@ function M.main(argv)
     -- Which floor judged them: the fixed one, or one derived from the spread.
     print(string.format("%d point%s timed on the host clock (CPU): each judged with a floor derived "
       .. "from its measured spread, the larger of %.3g%% (--floor-pct-host) and A's plus B's "
-      .. "(max - min) / median, as host timings scatter run to run; %d point%s used the spread-based floor",
-      host_rows, host_rows == 1 and "" or "s", host_pct, spread_rows, spread_rows == 1 and "" or "s"))
+      .. "(max - min) / median, as host timings scatter run to run, and at least %.3g ms "
+      .. "(--floor-ms-host); %d point%s used the spread-based floor",
+      host_rows, host_rows == 1 and "" or "s", host_pct,
+      math.max(opts.floor_ms or M.defaults.floor_ms, opts.floor_ms_host or M.defaults.floor_ms_host),
+      spread_rows, spread_rows == 1 and "" or "s"))
   end
   -- Timing modes never match: a hot run against a sustained one would read
   -- as every point ONLY A / ONLY B for no visible reason, so the reason

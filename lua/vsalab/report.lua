@@ -5,6 +5,8 @@ local M = {}
 
 local function fmt(v, f)
   if v == nil then return "-" end
+  -- glibc prints a NaN with its sign bit ("-nan"): a NaN has no sign to show.
+  if type(v) == "number" and v ~= v then return "nan" end
   if f and type(v) == "number" then return string.format(f, v) end
   if type(v) == "boolean" then return v and "yes" or "NO" end
   return tostring(v)

@@ -265,6 +265,7 @@ describe("vsalab compare of host-clock rows", function()
     assert.truthy(out:find("2 points timed on the host clock (CPU): each judged with a floor derived "
       .. "from its measured spread", 1, true), out)
     assert.truthy(out:find("1 point used the spread-based floor", 1, true), out)
+    assert.truthy(out:find("at least 0.05 ms (--floor-ms-host)", 1, true), out)
     assert.truthy(out:match("1%.600%s+SAME%s+floor 87%% %(spread%)"), out)
     local rc2, out2 = H.vsalab("compare --db " .. path .. " " .. a .. " " .. c)
     assert.equal(1, rc2, out2)

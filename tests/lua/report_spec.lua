@@ -128,6 +128,14 @@ describe("experiment summary", function()
     assert.truthy(mixed:find("\nreference +1 +2 +256 +0%.500 +2 +0 ") and mixed:find("\nreference +1 +2 +256 +0%.500 +2 +1 "), mixed)
   end)
 
+  it("prints a NaN error as nan, never glibc's signed -nan", function()
+    local r = row(0)
+    r.errors = {dq = {rel_l2 = -(0 / 0)}, dk = {rel_l2 = 0 / 0}, dv = {rel_l2 = 1e-3}}
+    local out = summary_of({r})
+    assert.falsy(out:find("-nan", 1, true), out)
+    assert.truthy(out:find(" nan +nan +1%.00e%-03"), out)
+  end)
+
   it("shows a capped column only when a point was timed under a power or thermal limit", function()
     local function timed(kernel, throttled, extra)
       local r = row(0)
