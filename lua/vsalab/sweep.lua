@@ -253,6 +253,7 @@ end
 
 function override(self, argv)
   local rest = {}
+  local seen = {} -- axis name -> the -a that set it
   local i = 1
   while argv and i <= #argv do
     local a = argv[i]
@@ -306,6 +307,13 @@ function override(self, argv)
         end
       end
       for _, v in ipairs(values) do check_shape(name, v, spec) end
+      -- A second -a for one axis would silently replace the first: refused,
+      -- as either reading (the union, the last) could be what was meant.
+      if seen[name] then
+        error(string.format("sweep: axis '%s' is set twice (-a %s, then -a %s); give its values in one "
+          .. "list: -a '%s=[v1,v2]'", name, seen[name], spec, name), 0)
+      end
+      seen[name] = spec
       axis.values = values
     end
   end

@@ -96,6 +96,9 @@ describe("experiment arguments", function()
     refused("seed_sweep.lua -a Sq[pow3]=[12:14]",
       "sweep: unknown axis flag [pow3] in -a Sq[pow3]=[12:14] (the only axis flag is [pow2]")
     refused("smoke.lua -a density=", "sweep: -a density= gives the axis no values (e.g. -a density=[v1,v2])")
+    -- A second -a for one axis replaced the first without a word.
+    refused("smoke.lua -a density=0.5 -a density=0.25",
+      "sweep: axis 'density' is set twice (-a density=0.5, then -a density=0.25); give its values in one list")
     -- Not an axis: the known arguments, as before.
     refused("wan720p.lua foo=1", "argument 'foo': unknown (known: check_blocks")
     -- A script with no sweep: its --help offered -a, which then read as
