@@ -30,10 +30,15 @@ local function quantile(sorted, p)
 end
 
 function M.stats(samples)
-  assert(type(samples) == "table" and #samples > 0, "stats: need samples")
+  if type(samples) ~= "table" or #samples == 0 then error("stats: need a list of samples", 2) end
   local s = {}
   local sum = 0
-  for i, v in ipairs(samples) do s[i] = v; sum = sum + v end
+  for i, v in ipairs(samples) do
+    if type(v) ~= "number" then
+      error(string.format("stats: sample %d must be a number, got %s", i, tostring(v)), 2)
+    end
+    s[i] = v; sum = sum + v
+  end
   table.sort(s)
   local n = #s
   local mean = sum / n
@@ -100,6 +105,9 @@ end
 -- FLOPs of one selected pair: 10·block²·D (block defaults to 64).
 function M.pair_flops(D, block)
   block = block or 64
+  if type(D) ~= "number" or type(block) ~= "number" then
+    error(string.format("pair_flops: expected numbers D and block, got %s and %s", type(D), type(block)), 2)
+  end
   return 10 * block * block * D
 end
 

@@ -11,6 +11,9 @@ local M = {}
 
 -- Cosine similarity from compare()'s raw sums: x·r = (‖x‖² + ‖r‖² − ‖x−r‖²)/2.
 function M.cosine(c)
+  if type(c) ~= "table" or type(c.x2) ~= "number" or type(c.ref2) ~= "number" or type(c.diff2) ~= "number" then
+    error("cosine: expected what vsalab.compare returns (numbers x2, ref2, diff2)", 2)
+  end
   return (c.x2 + c.ref2 - c.diff2) / (2 * math.sqrt(c.x2 * c.ref2))
 end
 

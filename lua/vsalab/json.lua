@@ -87,6 +87,9 @@ local function encode(v, depth)
     end
     return "{" .. table.concat(parts, ",") .. "}"
   end
+  -- A function or coroutine has no value to write ("function: builtin#29"
+  -- is an address, not data): an error, not a misleading string.
+  if t == "function" or t == "thread" then error("json: cannot encode a " .. t, 0) end
   return encode_string(tostring(v))
 end
 

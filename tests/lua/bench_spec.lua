@@ -48,6 +48,11 @@ describe("bench", function()
     assert.truthy(H.err(vsalab.bench, work, {repeats = 0, clock = "host"}):match("repeats"))
     assert.truthy(H.err(vsalab.bench, work, {hold = "yes", clock = "host"}):match("'hold' must be a boolean"))
     assert.truthy(H.err(vsalab.bench, work, {keep_samples = "no", clock = "host"}):match("'keep_samples' must be a boolean"))
+    -- The helpers name what is wrong, not a line of their own source.
+    assert.truthy(H.err(vsalab.stats, {1, "x"}):find("stats: sample 2 must be a number, got x", 1, true))
+    assert.truthy(H.err(vsalab.stats, {}):find("stats: need a list of samples", 1, true))
+    assert.truthy(H.err(vsalab.pair_flops, "128"):find("pair_flops: expected numbers D and block", 1, true))
+    assert.truthy(H.err(vsalab.cosine, {x2 = 1}):find("cosine: expected what vsalab.compare returns", 1, true))
     assert.truthy(H.err(vsalab.bench, work, {max_samples = 7, clock = "host"}):match("max_samples %(7%) is below min_samples %(10%)"))
     assert.truthy(H.err(vsalab.bench, work, {min_time = 2, max_time = 1, clock = "host"}):match("min_time %(2 s%) is above max_time %(1 s%)"))
     -- Not a table: said so, not "attempt to index local 'opts'".

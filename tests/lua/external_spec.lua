@@ -84,6 +84,8 @@ describe("json.decode", function()
     assert.equal("x\"y", t.note)
     assert.is_true(t.ok)
     assert.truthy(H.err(vsalab.json.decode, "{not json"):find("json", 1, true))
+    -- A function is no data: an error, not its address as a string.
+    assert.equal("json: cannot encode a function", H.err(vsalab.json.encode, {f = print}))
   end)
 end)
 
