@@ -411,8 +411,14 @@ function M.main(argv)
   local a, b = sa.kernel and sa or sa.run, sb.kernel and sb or sb.run
   local rows, gate, matched, host_rows, host_pct, spread_rows = M.compare(db, a, b, opts)
   db:close()
-  print(string.format("run %s (baseline) vs run %s: %d matching point%s, floors %.3g%% and %.3g ms",
-    sa.label, sb.label, matched, matched == 1 and "" or "s", opts.floor_pct, opts.floor_ms))
+  -- The GPU floors judge GPU-clock points only: a run of host-clock points
+  -- (the CPU smoke runs) names them not, as the next line gives its floors.
+  local gpu_floors = host_rows < matched
+    and string.format(", floors %.3g%% and %.3g ms%s", opts.floor_pct, opts.floor_ms,
+      host_rows > 0 and " (GPU-clock points)" or "")
+    or (matched > 0 and ", all timed on the host clock" or "")
+  print(string.format("run %s (baseline) vs run %s: %d matching point%s%s",
+    sa.label, sb.label, matched, matched == 1 and "" or "s", gpu_floors))
   if host_rows > 0 then
     -- Which floor judged them: the fixed one, or one derived from the spread.
     print(string.format("%d point%s timed on the host clock (CPU): each judged with a floor derived "

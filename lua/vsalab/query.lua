@@ -313,6 +313,11 @@ function M.main(argv)
         local path = msg:match("db '([^']*)'") or o.db or "?"
         return fail(string.format("db '%s': the database file is corrupt (%s)", path, sqlite_says), 2)
       end
+      -- A first query guesses names: say which tables there are.
+      if msg:find("no such table", 1, true) then
+        msg = msg .. " (tables: run, result, result_error; the view result_summary joins them; "
+          .. "docs/db.md has the schema)"
+      end
       return fail(msg, 1)
     end
     M.print_rows(rows, rows.columns or columns_of(rows), o.format)

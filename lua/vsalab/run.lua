@@ -522,15 +522,18 @@ function M.interrupted_note()
 end
 
 -- After the host closed a finished run: where its rows went, "run N
--- finished: K rows in PATH; see them with `vsalab show N --db PATH`". nil
+-- finished: K rows in PATH; see them with `build/vsalab show N --db PATH`"
+-- (the program as started). nil
 -- when this process closed no run row as 'finished' (a script that logged
 -- nothing, a --devices worker).
 function M.finished_note()
   local e = M.ended
   if not (e and e.status == "finished" and e.id and e.path) then return nil end
   local db = e.path == "results.db" and "" or " --db " .. shell_word(e.path)
-  return string.format("run %d finished: %s row%s in %s; see them with `vsalab show %d%s`",
-    e.id, e.rows and tostring(e.rows) or "its", e.rows == 1 and "" or "s", e.path, e.id, db)
+  -- The program as it was started (build/vsalab), as the resume note says it.
+  return string.format("run %d finished: %s row%s in %s; see them with `%s show %d%s`",
+    e.id, e.rows and tostring(e.rows) or "its", e.rows == 1 and "" or "s", e.path,
+    shell_word(context().argv0 or "vsalab"), e.id, db)
 end
 
 -- os.exit from a script would skip the host's closing of the run row: close

@@ -52,7 +52,7 @@ static const char usage[] =
     "  vsalab repl [options] [-i SCRIPT [args...]]  a Lua prompt with vsalab loaded\n"
     "                                         (also plain `vsalab` on a terminal)\n"
     "  vsalab compare [--db PATH] [--floor-pct 2] [--floor-pct-host 50] [--floor-ms 0.005]\n"
-    "                 [--partial] A[:KERNEL] B[:KERNEL]\n"
+    "                 [--floor-ms-host 0.05] [--partial] A[:KERNEL] B[:KERNEL]\n"
     "                                         speed and error verdicts per point of\n"
     "                                         two runs (ids, latest, latest~N, a\n"
     "                                         revision); exit 1 on SLOW/NEW FAIL/MISSING\n"
@@ -75,10 +75,10 @@ static const char usage[] =
     "\n"
     "options (before SCRIPT):\n" RUN_OPTIONS
     "\n"
-    "Backwards: reference (CPU, GPU), sm90a (Hopper, run on an H200) and sm100a\n"
-    "(Blackwell: compiled and emulated, never run on Blackwell: no Blackwell GPU\n"
-    "is available to this project; VSALAB_SM100_EMU=1 adds its emulation on a\n"
-    "compute capability 9.0 GPU as the test backend sm100a-emu).\n"
+    "Backwards: reference (CPU, GPU), sm90a (Hopper: H100, H200) and sm100a\n"
+    "(Blackwell: compiled and emulated, never run on Blackwell; VSALAB_SM100_EMU=1\n"
+    "adds its emulation on a compute capability 9.0 GPU as the test backend\n"
+    "sm100a-emu).\n"
     "Script arguments reach Lua as `arg` (arg[0] is the script) and as `...`.\n"
     "The `vsalab` module is loaded as a global; docs/lua-api.md documents its API.\n";
 

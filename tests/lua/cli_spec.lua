@@ -224,7 +224,11 @@ describe("vsalab CLI", function()
     H.write(dir .. "/log.lua", [[
       for i = 1, 3 do vsalab.log{experiment = "t", kernel = "k", B = 1, H = i,
         ms_median = i, errors = {dq = {rel_l2 = 1e-3, passed = true}}} end]])
-    assert.equal(0, (H.vsalab("run --db " .. db .. " " .. dir .. "/log.lua x")))
+    local rc0, _, err0 = H.vsalab("run --db " .. db .. " " .. dir .. "/log.lua x")
+    assert.equal(0, rc0, err0)
+    -- It says where the rows went, with the command that shows them.
+    assert.truthy(err0:find("vsalab: run 1 finished: 3 rows in " .. db .. "; see them with `"
+      .. H.exe .. " show 1 --db " .. db .. "`", 1, true), err0)
     local d = vsalab.db_open(db, {readonly = true})
     local runs = d:q("SELECT status, ended_at, script, args, seed FROM run")
     assert.equal(1, #runs)

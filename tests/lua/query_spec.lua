@@ -220,6 +220,10 @@ describe("result queries", function()
     assert.truthy(errv:find("open read-only and this statement writes", 1, true), errv)
     assert.is_nil(io.open(copy))
     assert.equal(1, (H.vsalab("query --db " .. db .. " \"SELEC nonsense\"")))
+    -- A guessed table name gets the real ones.
+    local rct, _, errt = H.vsalab("query --db " .. db .. " \"SELECT * FROM results\"")
+    assert.equal(1, rct, errt)
+    assert.truthy(errt:find("no such table: results", 1, true) and errt:find("(tables: run, result, result_error;", 1, true), errt)
     -- Values bind as typed: only a number written as one binds as a number.
     local rcb, outb = H.vsalab("query --db " .. db .. " --format csv \"SELECT typeof(?1) AS a, ?1 AS a1, "
       .. "typeof(?2) AS b, typeof(?3) AS c, typeof(?4) AS d, typeof(?5) AS e, ?6 AS f\" 0123 3 0.5 0x10 1e3 -7")
