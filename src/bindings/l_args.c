@@ -100,12 +100,39 @@ vsa_arg_device(lua_State *L, const vsa_tensor *t, const char *name, int dev,
 
 /* An index tensor argument: i32 as is, i64 converted to a new i32 tensor
  * (pushed on the stack, kept alive by it). */
+void
+vsa_arg_check_i64_fits(lua_State *L, const vsa_tensor *t64, const char *name)
+{
+  int top = lua_gettop(L);
+  const vsa_tensor *h = t64;
+  if (t64->device != VSA_CPU) {
+    vsa_tensor *c = vsa_lua_newtensor(L, VSA_I64, VSA_CPU, t64->ndim, t64->shape);
+    if (vsa_tensor_copy(c, t64) != 0) vsa_lua_raise(L);
+    h = c;
+  } else if (!vsa_tensor_is_contiguous(t64)) {
+    vsa_tensor *c = vsa_lua_newtensor(L, VSA_I64, VSA_CPU, t64->ndim, t64->shape);
+    if (vsa_tensor_copy(c, t64) != 0) vsa_lua_raise(L);
+    h = c;
+  }
+  const int64_t *v = vsa_tensor_data(h);
+  for (int64_t i = 0, n = vsa_tensor_numel(h); i < n; i++)
+    if (v[i] < INT32_MIN || v[i] > INT32_MAX)
+      vsa_lua_errorf(L, "%s: the entry at flat index %lld (0-based) is %lld, not a 32-bit value", name, (long long)i,
+                     (long long)v[i]);
+  lua_settop(L, top);
+}
+
 vsa_tensor *
 vsa_arg_index(lua_State *L, int idx, const char *name, int ndim)
 {
   vsa_tensor *t = luaL_testudata(L, idx, VSA_TENSOR_MT);
   if (t && t->st && t->dtype == VSA_I64) {
     t = vsa_lua_checkarg(L, idx, name, VSA_I64, ndim); /* pinned */
+    /* Counts and sizes (1-D, 3-D) must fit as they are: the conversion
+     * saturates, and 2^40 would be reported as 2147483647. A 4-D list's
+     * padding may hold anything; its entries are checked against the
+     * counts (vsa_arg_check_i64_entries). */
+    if (ndim != 4) vsa_arg_check_i64_fits(L, t, name);
     vsa_tensor *c = vsa_lua_newtensor(L, VSA_I32, t->device, t->ndim, t->shape);
     if (vsa_tensor_convert(c, t) != 0) vsa_lua_raise(L);
     lua_replace(L, idx);

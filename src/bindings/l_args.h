@@ -40,6 +40,9 @@ void vsa_arg_device(lua_State *L, const vsa_tensor *t, const char *name, int dev
                     const char *ref);
 /* An index tensor: i32 as is, i64 converted in place on the stack. */
 vsa_tensor *vsa_arg_index(lua_State *L, int idx, const char *name, int ndim);
+/* Raise naming the first entry of an i64 tensor that no i32 holds (its
+ * flat index and value). */
+void vsa_arg_check_i64_fits(lua_State *L, const vsa_tensor *t64, const char *name);
 /* Raise naming an i64 list entry that no i32 holds (2^32 would become
  * INT32_MAX in the conversion and be reported as that) among the first
  * num[row] entries of each row of idx64 [B,H,rows,width]. */

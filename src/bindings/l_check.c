@@ -60,6 +60,9 @@ field_i32_host(lua_State *L, int idx, const char *k)
   if (t->dtype == VSA_I32) {
     if (vsa_tensor_copy(h, t) != 0) vsa_lua_raise(L);
   } else {
+    /* Counts and sizes must fit as they are (the conversion saturates);
+     * q2k_idx's entries are checked against the counts in l_oracle. */
+    if (t->ndim != 4) vsa_arg_check_i64_fits(L, t, k);
     vsa_tensor *c = vsa_lua_newtensor(L, t->dtype, VSA_CPU, t->ndim, t->shape);
     if (vsa_tensor_copy(c, t) != 0 || vsa_tensor_convert(h, c) != 0)
       vsa_lua_raise(L);
@@ -176,6 +179,14 @@ l_oracle(lua_State *L)
       idx->shape[2] != wn[2] || idx->shape[3] < 1)
     return vsa_lua_errorf(L, "q2k_idx: expected [B,H,nq,width] = [%lld,%lld,%lld,w]",
                           (long long)d.B, (long long)d.H, (long long)wn[2]);
+  /* An i64 q2k_idx: an entry past i32 is named as itself, not as the
+   * saturated 2147483647 its conversion holds. */
+  lua_getfield(L, 1, "q2k_idx");
+  const vsa_tensor *idx64 = luaL_testudata(L, -1, VSA_TENSOR_MT);
+  if (idx64 && idx64->st && idx64->dtype == VSA_I64 && idx64->ndim == 4 &&
+      idx64->shape[0] == d.B && idx64->shape[1] == d.H && idx64->shape[2] == wn[2])
+    vsa_arg_check_i64_entries(L, idx64, num, "q2k_idx");
+  lua_pop(L, 1);
   vsa_oracle_args a = {0};
   a.B = (int)d.B; a.H = (int)d.H; a.Sq = (int)d.Sq; a.Skv = (int)d.Skv; a.D = (int)d.D;
   a.block = d.block;

@@ -365,6 +365,24 @@ describe("silent garbage", function()
     assert.truthy(e:find("q: sequence length 2 (dim 2, layout bshd [B,S,H,D]) is not a positive multiple of 64", 1, true), e)
   end)
 
+  it("names an i64 count or list entry past 32 bits as itself, not as the saturated 2147483647", function()
+    local p = vsalab.problem.build{H = 1, Sq = 256, D = 16, topk = 1, seed = H.seed(), device = "cpu"}
+    local n64 = p.q2k_num:to_dtype("i64")
+    n64:set(1, 1, 3, 2 ^ 40)
+    local a = {q = p.q, k = p.k, v = p.v, dO = p.dO, q2k_idx = p.q2k_idx, q2k_num = n64,
+      variable_block_sizes = p.vbs}
+    local want = "q2k_num: the entry at flat index 2 (0-based) is 1099511627776, not a 32-bit value"
+    for _, e in ipairs{H.err(vsalab.oracle, a), H.err(vsalab.invert_indices, p.q2k_idx, n64, 4),
+                       H.err(vsalab.list_sharing, p.q2k_idx, n64, 4)} do
+      assert.truthy(e:find(want, 1, true), e)
+    end
+    local i64 = p.q2k_idx:to_dtype("i64")
+    i64:set(1, 1, 1, 1, 2 ^ 40)
+    a.q2k_num, a.q2k_idx = p.q2k_num, i64
+    local e = H.err(vsalab.oracle, a)
+    assert.truthy(e:find("q2k_idx: index 1099511627776 out of range (not a 32-bit block id) at (b=0, h=0, row=0)", 1, true), e)
+  end)
+
   it("returns the given forward as the oracle's o and lse", function()
     local p = vsalab.problem.build{H = 1, Sq = 128, D = 16, topk = 1, seed = H.seed(), device = "cpu"}
     local r = vsalab.oracle{q = p.q, k = p.k, v = p.v, dO = p.dO, o = p.o, lse = p.lse,
