@@ -125,15 +125,17 @@ vsa_forward_ref_cpu(const vsa_shape *s, const uint16_t *q, const uint16_t *k,
   }
 
   for (int64_t bh = 0; bh < BH; bh++) {
-    if (vsa_poll_stop() != 0) { /* a large CPU reference runs for minutes */
-      free(logit);
-      free(acc);
-      return -1;
-    }
     const int64_t qoff = vsa_head_offset(s->layout, H, s->Sq, D, bh);
     const int64_t koff = vsa_head_offset(s->layout, H, s->Skv, D, bh);
     const uint16_t *qs = q + qoff, *ks = k + koff, *vs = v + koff;
     for (int i = 0; i < nq; i++) {
+      /* A stop is looked for every q block: one head of a long sequence
+       * runs for many seconds. */
+      if (vsa_poll_stop() != 0) {
+        free(logit);
+        free(acc);
+        return -1;
+      }
       const int64_t row = bh * nq + i;
       const int32_t *list = q2k_idx + row * q2k_width;
       const int count = q2k_num[row];
@@ -221,12 +223,8 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
       delta[bh * s->Sq + r] = dot_bf16(dO + off + r * ts, o + off + r * ts, D);
   }
 
-  for (int64_t bh = 0; bh < BH; bh++) {
-    if (vsa_poll_stop() != 0) { /* a large CPU reference runs for minutes */
-      free(acc_k);
-      free(acc_v);
-      return -1;
-    }
+  int stopped = 0;
+  for (int64_t bh = 0; bh < BH && !stopped; bh++) {
     const int64_t qoff = vsa_head_offset(s->layout, H, s->Sq, D, bh);
     const int64_t koff = vsa_head_offset(s->layout, H, s->Skv, D, bh);
     const uint16_t *qs = q + qoff, *dOs = dO + qoff;
@@ -235,7 +233,13 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
 
     /* dk, dv: one kv row c at a time, over the q blocks that select its
      * block (k2q list). Invalid slots and unselected blocks stay 0. */
-    for (int j = 0; j < nkv; j++) {
+    for (int j = 0; j < nkv && !stopped; j++) {
+      /* A stop is looked for every kv block (and every q block below): one
+       * head of a long sequence runs for many seconds. */
+      if (vsa_poll_stop() != 0) {
+        stopped = 1;
+        break;
+      }
       const int64_t row = bh * nkv + j;
       const int32_t *list = k2q_idx + row * k2q_width;
       const int count = k2q_num[row], nv = valid_keys(vbs, j, BLK);
@@ -269,7 +273,11 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
 
     /* dq: one q row r at a time, over its valid keys (q2k list), with S,
      * P and dP recomputed. A row with no valid key keeps dq = 0. */
-    for (int i = 0; i < nq; i++) {
+    for (int i = 0; i < nq && !stopped; i++) {
+      if (vsa_poll_stop() != 0) {
+        stopped = 1;
+        break;
+      }
       const int64_t row = bh * nq + i;
       const int32_t *list = q2k_idx + row * q2k_width;
       const int count = q2k_num[row];
@@ -294,5 +302,5 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
   }
   free(acc_k);
   free(acc_v);
-  return 0;
+  return stopped ? -1 : 0;
 }

@@ -11,7 +11,8 @@
  * without a valid key, lse = VSA_LSE_EMPTY there); no NaN/Inf although every
  * output is NaN-filled first; bitwise-identical results when list tails,
  * padded K/V slots or the lse of empty rows hold other values; bad lists
- * rejected with an error.
+ * rejected with an error; a point timeout raised inside a one-head backward
+ * stops it at the next kv block.
  *
  * Build and run:
  *   gcc -std=c11 -O2 -I src/core -I src/storage tests/c/test_ref_cpu.c src/core/bsa_ref_cpu.c \
@@ -22,6 +23,7 @@
 #include "check.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -591,6 +593,86 @@ run_config(const config *cfg)
   free(lse_in);
 }
 
+// ---------------------------------------------------------------------------
+// A stop inside one head
+
+/* The watcher: once the backward has written kv block 0's dk (its first
+ * value is no longer the NaN poison), it raises the point timeout, as the
+ * --point-timeout timer does. */
+static const float *watch_dk;
+static int watch_done; /* the backward returned: stop watching (an error before block 0) */
+static void *
+raise_timeout_after_block0(void *unused)
+{
+  (void)unused;
+  for (;;) {
+    float x;
+    __atomic_load((const uint32_t *)watch_dk, (uint32_t *)&x, __ATOMIC_ACQUIRE);
+    if (!isnan(x)) break;
+    if (__atomic_load_n(&watch_done, __ATOMIC_ACQUIRE)) return NULL;
+  }
+  vsa_timeout_flag = 1;
+  return NULL;
+}
+
+/* One head of 512 kv blocks, four q blocks each: the backward must stop at
+ * the next kv block once the timeout is raised, not finish the head (it
+ * looked for a stop once per head, so Ctrl-C on a one-head problem waited
+ * out the whole reference). The watcher has the other 511 blocks' time
+ * (about 0.5 s here) to see block 0 done, whatever the host's speed within
+ * reason. */
+static void
+check_stop_inside_head(void)
+{
+  enum { N = 512, BLK = 64, D = 16, W = 4 };
+  const int64_t S = (int64_t)N * BLK, ne = S * D;
+  vsa_shape s = {1, 1, (int)S, (int)S, D, 0.25f, BLK};
+  uint16_t *q = malloc(2 * ne), *k = malloc(2 * ne), *v = malloc(2 * ne), *dO = malloc(2 * ne);
+  uint16_t *o = malloc(2 * ne);
+  float *lse = malloc(sizeof(float) * S), *dq = malloc(sizeof(float) * ne);
+  float *dk = malloc(sizeof(float) * ne), *dv = malloc(sizeof(float) * ne);
+  float *delta = malloc(sizeof(float) * S);
+  int32_t *q2k_idx = malloc(sizeof(int32_t) * N * W), *q2k_num = malloc(sizeof(int32_t) * N);
+  int32_t *k2q_idx = malloc(sizeof(int32_t) * N * W), *k2q_num = malloc(sizeof(int32_t) * N);
+  int32_t *vbs = malloc(sizeof(int32_t) * N);
+  fill_bf16(q, ne, 1.0);
+  fill_bf16(k, ne, 1.0);
+  fill_bf16(v, ne, 1.0);
+  fill_bf16(dO, ne, 1.0);
+  fill_bf16(o, ne, 0.1);
+  /* q block i selects kv blocks i..i+3 (mod N); kv block j is selected by
+   * q blocks j-3..j, listed ascending. */
+  for (int i = 0; i < N; i++) {
+    vbs[i] = BLK;
+    q2k_num[i] = k2q_num[i] = W;
+    for (int e = 0; e < W; e++) q2k_idx[i * W + e] = (i + e) % N;
+    int n = 0;
+    for (int x = 0; x < N && n < W; x++)
+      if ((x - (i - W + 1) + N) % N < W) k2q_idx[i * W + n++] = x;
+  }
+  for (int64_t r = 0; r < S; r++) lse[r] = 0.0f;
+  fill_nan(dq, ne);
+  fill_nan(dk, ne);
+  fill_nan(dv, ne);
+  fill_nan(delta, S);
+  watch_dk = dk;
+  pthread_t th;
+  int started = pthread_create(&th, NULL, raise_timeout_after_block0, NULL) == 0;
+  int rc = vsa_backward_ref_cpu(&s, dO, q, k, v, o, lse, k2q_idx, k2q_num, W, q2k_idx, q2k_num,
+                                W, vbs, dq, dk, dv, delta);
+  __atomic_store_n(&watch_done, 1, __ATOMIC_RELEASE);
+  if (started) pthread_join(th, NULL);
+  vsa_timeout_flag = 0;
+  char detail[160];
+  snprintf(detail, sizeof detail, "rc=%d: %s", rc, rc ? vsa_last_error() : "");
+  check(started && rc == -1 && strstr(vsa_last_error(), "point timeout!") != NULL, "stop",
+        "a timeout inside a one-head backward ends it", detail);
+  check(isnan(dk[(S - 1) * D]) && isnan(dq[0]), "stop",
+        "it stopped before the head's last kv block and its dq", "");
+  free(q); free(k); free(v); free(dO); free(o); free(lse); free(dq); free(dk); free(dv);
+  free(delta); free(q2k_idx); free(q2k_num); free(k2q_idx); free(k2q_num); free(vbs);
+}
+
 int
 main(void)
 {
@@ -628,6 +710,7 @@ main(void)
   rc = vsa_forward_ref_cpu(&half, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL);
   snprintf(detail, sizeof detail, "rc=%d: %s", rc, vsa_last_error());
   check(rc == -1, "shape", "block 128: Sq = 192 (1.5 blocks) rejected", detail);
+  check_stop_inside_head();
 
   printf("%d passed, %d failed\n", n_pass, n_fail);
   return n_fail != 0;
