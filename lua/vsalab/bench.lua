@@ -31,11 +31,17 @@ end
 
 function M.stats(samples)
   if type(samples) ~= "table" or #samples == 0 then error("stats: need a list of samples", 2) end
+  -- A list without holes ({1, nil, 3} would count 1 sample) of finite
+  -- numbers (a NaN or inf sample gave a NaN median with spread 0: "no
+  -- noise").
+  local keys = 0
+  for _ in pairs(samples) do keys = keys + 1 end
+  if keys ~= #samples then error("stats: samples must be a list 1..n without holes", 2) end
   local s = {}
   local sum = 0
   for i, v in ipairs(samples) do
-    if type(v) ~= "number" then
-      error(string.format("stats: sample %d must be a number, got %s", i, tostring(v)), 2)
+    if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+      error(string.format("stats: sample %d must be a finite number, got %s", i, tostring(v)), 2)
     end
     s[i] = v; sum = sum + v
   end

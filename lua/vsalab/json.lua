@@ -75,6 +75,11 @@ local function encode(v, depth)
     end
     local keys, seen = {}, {}
     for k in pairs(v) do
+      -- Object keys are names: a table, function or userdata key would be
+      -- written as its address.
+      if type(k) ~= "string" and type(k) ~= "number" then
+        error("json: cannot encode a " .. type(k) .. " as an object key", 0)
+      end
       local name = tostring(k)
       if seen[name] then error("json: two keys both read as '" .. name .. "'", 0) end
       seen[name] = true
@@ -87,10 +92,10 @@ local function encode(v, depth)
     end
     return "{" .. table.concat(parts, ",") .. "}"
   end
-  -- A function or coroutine has no value to write ("function: builtin#29"
-  -- is an address, not data): an error, not a misleading string.
-  if t == "function" or t == "thread" then error("json: cannot encode a " .. t, 0) end
-  return encode_string(tostring(v))
+  -- A function, coroutine, userdata or cdata has no value to write
+  -- ("function: builtin#29", "userdata: 0x..." are addresses, not data):
+  -- an error, not a misleading string.
+  error("json: cannot encode a " .. t, 0)
 end
 
 function M.encode(v) return encode(v, 0) end
@@ -114,6 +119,8 @@ local function decode_at(db, text, path)
 end
 
 function M.decode(text)
+  if type(text) ~= "string" then error("json: cannot parse a " .. type(text) .. " (expected JSON text)", 0) end
+  if not text:find("%S") then error("json: cannot parse an empty text", 0) end
   local core = require "vsalab.core"
   local db = core.db_open(":memory:")
   local ok, res = pcall(function()
@@ -122,7 +129,8 @@ function M.decode(text)
     return db:q("SELECT json_extract(?, '$') AS v", text)[1].v
   end)
   db:close()
-  if not ok then error("json: cannot parse: " .. tostring(res), 0) end
+  -- SQLite's words without its internals (the in-memory DB, the SQL).
+  if not ok then error("json: cannot parse: " .. tostring(res):gsub("^.-malformed JSON.*$", "malformed JSON"), 0) end
   return res
 end
 

@@ -145,6 +145,11 @@ function M.main(argv)
   -- runs takes no positional argument: name the one given (an unknown
   -- option lands here too, since query values may start with '-'), before
   -- the DB is opened.
+  -- --limit counts runs: a query or show would ignore it silently.
+  if cmd ~= "runs" and o.limit then
+    cli.fail(cmd, "--limit applies to runs only (a query says LIMIT in its SQL)\n" .. (usage[cmd] or ""))
+    return 2
+  end
   if cmd == "runs" and #rest > 0 then
     local what = rest[1]:sub(1, 1) == "-" and "unknown option '" or "unexpected argument '"
     cli.fail(cmd, what .. rest[1] .. "'\n" .. usage.runs)
@@ -285,19 +290,26 @@ function M.main(argv)
     -- a blank line and exit 0.
     if not sql:find("%S") then return fail("the SQL is empty") end
     local vals = {}
-    -- A value binds as a number only when it is written as one reads back
-    -- ('3', '-2', '0.5'): '0123', '0x10', '1e3' and ' 5' stay text, as
-    -- typed (an id or a revision prefix can look numeric).
+    -- A value binds as a number only when written as a plain integer
+    -- ('3', '-2', '0'; no leading zero, below 2^53) or a decimal with digits
+    -- on both sides of the point ('0.5', '1.0', '-0.0',
+    -- '0.30000000000000004', as csv output writes them). Anything else
+    -- stays text as typed: '0123', '0x10', '1e3' (a revision prefix can
+    -- look like it), '.5', ' 5', 'nan', 'inf'.
     for i, v in ipairs(o.rest) do
       local n = tonumber(v)
-      local plain = n and ((v:match("^%-?[1-9]%d*$") and math.abs(n) < 2 ^ 53) or v == "0"
-        or tostring(n) == v)
+      local int = v:match("^%-?[1-9]%d*$") or v == "0" or v == "-0"
+      local plain = n and ((int and math.abs(n) < 2 ^ 53) or v:match("^%-?%d+%.%d+$"))
       vals[i] = plain and n or v
     end
     -- Lua passes at most a few thousand values to a call; SQLite binds
     -- ?1..?32766: beyond 999 a statement is not what anyone typed.
     if #vals > 999 then return fail(string.format("at most 999 values, got %d", #vals)) end
     local okq, rows = pcall(db.q, db, sql, unpack(vals))
+    -- Only ';' or comments: nothing ran, as for an empty SQL.
+    if okq and not rows.columns and #rows == 0 and not sql:gsub("%-%-[^\n]*", ""):gsub("/%*.-%*/", ""):find("[^%s;]") then
+      return fail("the SQL has no statement (only ';' or comments)")
+    end
     if not okq then
       local msg = tostring(rows)
       -- The values given or a second statement: the command line's fault,

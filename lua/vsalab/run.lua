@@ -378,7 +378,20 @@ function M.log(row)
   local r = M.current()
   local t = {}
   for k, v in pairs(row) do t[k] = v end
+  -- The row goes to this run: another id would be overwritten unsaid.
+  if t.run_id ~= nil and t.run_id ~= r.id then
+    error(string.format("vsalab.log: field 'run_id' is %s, but rows go to this run (%d); leave it out",
+      tostring(t.run_id), r.id), 2)
+  end
   t.run_id = r.id
+  -- A block size no list, kernel or report knows would read as a point.
+  if t.block ~= nil then
+    local blocks = require "vsalab.blocks"
+    if not blocks.supported(t.block) then
+      error(string.format("vsalab.log: field 'block' is %s, not a block size vsalab takes (%s)",
+        tostring(t.block), blocks.text()), 2)
+    end
+  end
   -- The GPU that measured it, unless the row names one (a coordinator
   -- logging a worker's lost point does).
   if t.gpu_index == nil and t.gpu_uuid == nil then
@@ -386,7 +399,11 @@ function M.log(row)
   end
   -- A failed check voids the speed figure: never store TFLOPS of a wrong output.
   if t.passed == false or t.passed == 0 then t.tflops = nil end
-  if type(t.extra) == "table" then t.extra = json.encode(t.extra) end
+  if type(t.extra) == "table" then
+    local okx, text = pcall(json.encode, t.extra)
+    if not okx then error("vsalab.log: field 'extra': " .. tostring(text), 2) end
+    t.extra = text
+  end
   if t.errors ~= nil then
     if type(t.errors) ~= "table" then error("vsalab.log: field 'errors' must be a table", 2) end
     local errs = {}

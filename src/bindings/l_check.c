@@ -196,7 +196,7 @@ l_oracle(lua_State *L)
    * come out inf/NaN instead of an error. */
   if (!(a.sm_scale >= 1e-30 && a.sm_scale <= 1e30))
     return vsa_lua_errorf(L, "oracle: field 'sm_scale' must be a number in [1e-30, 1e30], got %g",
-                          a.sm_scale);
+                          isnan(a.sm_scale) ? NAN : a.sm_scale); /* nan, not glibc's -nan */
   a.q = vsa_tensor_data(q); a.k = vsa_tensor_data(k); a.v = vsa_tensor_data(v);
   a.dO = vsa_tensor_data(dO);
   a.o_in = o ? vsa_tensor_data(o) : NULL;

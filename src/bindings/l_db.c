@@ -478,7 +478,8 @@ l_db_q(lua_State *L)
   }
   /* A read-only connection's main DB cannot change, but VACUUM INTO
    * writes a new file from it: a statement that writes is refused there. */
-  if (sqlite3_db_readonly(h, "main") == 1 && !sqlite3_stmt_readonly(*g)) {
+  if (sqlite3_db_readonly(h, "main") == 1 && !sqlite3_stmt_readonly(*g) &&
+      !sqlite3_stmt_isexplain(*g)) { /* EXPLAIN only describes the statement */
     sqlite3_finalize(*g);
     *g = NULL;
     return luaL_error(L, "db:q: the DB is open read-only and this statement writes: '%s'", sql);

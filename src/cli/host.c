@@ -618,6 +618,7 @@ print_module_error(lua_State *L)
   snprintf(last_error, sizeof last_error, "%s", msg);
   if (pipe_closed && interrupted) return EXIT_PIPE;
   fprintf(stderr, "vsalab: %s\n", msg);
+  if (interrupted == SIGINT) return 128 + SIGINT; /* Ctrl-C: 130, as for a run */
   return is_usage_error(L, -1) && !interrupted ? 2 : 1;
 }
 
@@ -636,6 +637,9 @@ vsa_host_run_module(lua_State *L, const char *module, int argc, char **argv)
   if (vsa_host_docall(L, 1, 1) != 0) return print_module_error(L);
   int rc = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 0;
   lua_pop(L, 2);
+  /* A command that failed because Ctrl-C stopped it (a long query)
+   * exits 130, as a run does; other signals keep its status. */
+  if (rc != 0 && interrupted == SIGINT && !pipe_closed) rc = 128 + SIGINT;
   return rc;
 }
 

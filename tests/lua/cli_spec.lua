@@ -286,6 +286,27 @@ describe("vsalab CLI", function()
     assert.truthy(H.err(function() d:q("SELECT 1") end):match("closed"))
   end)
 
+  it("refuses a row for another run, at a block size vsalab does not take, or with an extra it cannot store", function()
+    local db = dir .. "/logbad.db"
+    H.write(dir .. "/logbad.lua", [[
+      for _, row in ipairs{{run_id = 999}, {block = 96}, {extra = {u = newproxy()}}} do
+        row.experiment, row.kernel = "t", "k"
+        local ok, e = pcall(vsalab.log, row)
+        print(ok and "logged" or e)
+      end
+      vsalab.log{experiment = "t", kernel = "k", block = 128}]])
+    local rc, out, err = H.vsalab("run --db " .. db .. " " .. dir .. "/logbad.lua")
+    assert.equal(0, rc, err)
+    assert.truthy(out:find("vsalab.log: field 'run_id' is 999, but rows go to this run (1); leave it out", 1, true), out)
+    assert.truthy(out:find("vsalab.log: field 'block' is 96, not a block size vsalab takes (64, 128)", 1, true), out)
+    assert.truthy(out:find("vsalab.log: field 'extra': json: cannot encode a userdata", 1, true), out)
+    local d = vsalab.db_open(db, {readonly = true})
+    local rows = d:q("SELECT block FROM result")
+    d:close()
+    assert.equal(1, #rows) -- only the good row
+    assert.equal(128, rows[1].block)
+  end)
+
   it("refuses a file that is not a database", function()
     H.write(dir .. "/notes.txt", "hello, this is not sqlite\n")
     assert.truthy(H.err(vsalab.db_open, dir .. "/notes.txt"):match("not a SQLite database"))

@@ -86,6 +86,10 @@ describe("json.decode", function()
     assert.truthy(H.err(vsalab.json.decode, "{not json"):find("json", 1, true))
     -- A function is no data: an error, not its address as a string.
     assert.equal("json: cannot encode a function", H.err(vsalab.json.encode, {f = print}))
+    assert.equal("json: cannot encode a userdata", H.err(vsalab.json.encode, {u = newproxy()}))
+    assert.equal("json: cannot encode a table as an object key", H.err(vsalab.json.encode, {[{}] = 1}))
+    assert.equal("json: cannot parse an empty text", H.err(vsalab.json.decode, ""))
+    assert.equal("json: cannot parse: malformed JSON", H.err(vsalab.json.decode, "{"))
   end)
 end)
 

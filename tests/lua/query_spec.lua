@@ -220,15 +220,27 @@ describe("result queries", function()
     assert.truthy(errv:find("open read-only and this statement writes", 1, true), errv)
     assert.is_nil(io.open(copy))
     assert.equal(1, (H.vsalab("query --db " .. db .. " \"SELEC nonsense\"")))
+    -- Nothing to run, or an option of another command: exit 2, said.
+    for _, q in ipairs{"\";\"", "\"-- c\"", "\"/* c */ ;\""} do
+      local rcn, _, errn = H.vsalab("query --db " .. db .. " " .. q)
+      assert.equal(2, rcn, q)
+      assert.truthy(errn:find("the SQL has no statement", 1, true), errn)
+    end
+    local rcl, _, errl = H.vsalab("query --db " .. db .. " --limit 3 \"SELECT 1\"")
+    assert.equal(2, rcl, errl)
+    assert.truthy(errl:find("--limit applies to runs only", 1, true), errl)
+    -- EXPLAIN describes a statement that writes, without writing.
+    assert.equal(0, (H.vsalab("query --db " .. db .. " \"EXPLAIN DELETE FROM run\"")))
     -- A guessed table name gets the real ones.
     local rct, _, errt = H.vsalab("query --db " .. db .. " \"SELECT * FROM results\"")
     assert.equal(1, rct, errt)
     assert.truthy(errt:find("no such table: results", 1, true) and errt:find("(tables: run, result, result_error;", 1, true), errt)
     -- Values bind as typed: only a number written as one binds as a number.
     local rcb, outb = H.vsalab("query --db " .. db .. " --format csv \"SELECT typeof(?1) AS a, ?1 AS a1, "
-      .. "typeof(?2) AS b, typeof(?3) AS c, typeof(?4) AS d, typeof(?5) AS e, ?6 AS f\" 0123 3 0.5 0x10 1e3 -7")
+      .. "typeof(?2) AS b, typeof(?3) AS c, typeof(?4) AS d, typeof(?5) AS e, ?6 AS f, typeof(?7) AS g, "
+      .. "typeof(?8) AS h, typeof(?9) AS i, ?10 < 1 AS j\" 0123 3 0.5 0x10 1e3 -7 1.0 nan inf 0.30000000000000004")
     assert.equal(0, rcb, outb)
-    assert.equal("a,a1,b,c,d,e,f\ntext,0123,integer,real,text,text,-7\n", outb)
+    assert.equal("a,a1,b,c,d,e,f,g,h,i,j\ntext,0123,integer,real,text,text,-7,integer,text,text,1\n", outb)
     -- One statement; a trailing comment is fine, a second statement is not.
     local rc2, out2 = H.vsalab("query --db " .. db .. " \"SELECT 7 AS x; -- why\" --format csv")
     assert.equal(0, rc2)
@@ -301,7 +313,7 @@ describe("result queries", function()
     os.execute("kill -INT " .. job.pid)
     local rc = job.wait("the query to stop after SIGINT", 60)
     local err = H.read(errf)
-    assert.equal(1, rc, err)
+    assert.equal(130, rc, err) -- 128 + SIGINT, as a run stopped by Ctrl-C
     assert.truthy(err:find("vsalab query: interrupted", 1, true), err)
   end)
 
