@@ -114,17 +114,24 @@ function M.pair_flops(D, block)
   if type(D) ~= "number" or type(block) ~= "number" then
     error(string.format("pair_flops: expected numbers D and block, got %s and %s", type(D), type(block)), 2)
   end
+  if not (D >= 1 and D < math.huge and D == math.floor(D)) then
+    error("pair_flops: D must be a positive integer, got " .. tostring(D), 2)
+  end
+  if not require("vsalab.blocks").supported(block) then
+    error(string.format("pair_flops: block %s is not a block size vsalab takes (%s)", tostring(block),
+      require("vsalab.blocks").text()), 2)
+  end
   return 10 * block * block * D
 end
 
 -- pairs: selected (q block, kv block) pairs; D: head dim; ms: time;
 -- block: tokens per block (default 64). nil when an argument is not a
--- positive number.
+-- positive number (D an integer, block a size vsalab takes).
 function M.tflops(pairs, D, ms, block)
   block = block or 64
   if type(pairs) ~= "number" or type(D) ~= "number" or type(ms) ~= "number"
-      or type(block) ~= "number" or not (ms > 0) or not (pairs >= 0) or not (D > 0)
-      or not (block > 0) then
+      or type(block) ~= "number" or not (ms > 0) or not (pairs >= 0) or not (D >= 1)
+      or D ~= math.floor(D) or D == math.huge or not require("vsalab.blocks").supported(block) then
     return nil
   end
   return M.pair_flops(D, block) * pairs / (ms * 1e-3) / 1e12

@@ -14,6 +14,15 @@ function M.cosine(c)
   if type(c) ~= "table" or type(c.x2) ~= "number" or type(c.ref2) ~= "number" or type(c.diff2) ~= "number" then
     error("cosine: expected what vsalab.compare returns (numbers x2, ref2, diff2)", 2)
   end
+  for _, k in ipairs{"x2", "ref2", "diff2"} do
+    local v = c[k]
+    if not (v >= 0 and v < math.huge) then
+      -- Squared norms of values near 1e154 and beyond overflow: no cosine
+      -- can be had from them (rel_l2 is still right).
+      error(string.format("cosine: %s is %s, not a finite sum of squares (values near 1e154 or "
+        .. "more overflow it)", k, tostring(v)), 2)
+    end
+  end
   return (c.x2 + c.ref2 - c.diff2) / (2 * math.sqrt(c.x2 * c.ref2))
 end
 

@@ -28,11 +28,20 @@ function M.parse(cmd, argv, spec)
   local i = 1
   while i <= #argv do
     local a = argv[i]
+    -- --db=PATH is --db PATH (else a query read it as its SQL).
+    local name, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
+    if name and ((spec.options or {})[name] or name == "--db") then
+      argv = {unpack(argv)}
+      argv[i] = name
+      table.insert(argv, i + 1, inline)
+      a = name
+    end
     local opt = (spec.options or {})[a] or (a == "--db" and {key = "db"})
     if (a == "--help" or a == "-h") and (spec.strict or #rest == 0) then
       io.stdout:write(spec.usage, "\n", spec.about and (spec.about .. "\n") or "")
       return nil, 0
     elseif opt and opt.flag then
+      if inline and name == a then return M.fail(cmd, a .. " takes no value\n" .. spec.usage), 2 end
       o[opt.key] = true
       i = i + 1
     elseif opt then

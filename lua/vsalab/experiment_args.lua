@@ -99,6 +99,7 @@ end
 
 function M.args(argv, defaults)
   local o, common = {}, {}
+  local given = {} -- key -> the key=value that set it
   -- The script's sweep, when argv is what its sw:override returned.
   local sw = argv and require("vsalab.sweep").of_args[argv]
   for k, v in pairs(defaults or {}) do o[k] = v end
@@ -124,6 +125,13 @@ function M.args(argv, defaults)
       usage.error("argument '" .. k .. "': unknown" .. usage.did_you_mean(k, known)
         .. " (known: " .. table.concat(known, ", ") .. ")")
     end
+    -- A second key=value for one key replaced the first unsaid (as a
+    -- second -a did): a list is one argument, kernels=a,b.
+    if given[k] then
+      usage.error(string.format("argument '%s': given twice ('%s', then '%s'); a list is one argument: %s=a,b",
+        k, given[k], a, k))
+    end
+    given[k] = a
     local dst = (M.common_args[k] and not (defaults and defaults[k] ~= nil)) and common or o
     if k == "plugin" then
       dst[k] = v -- a path, never a number or a list

@@ -54,7 +54,8 @@ end
 local function encode(v, depth)
   if depth > 32 then error("json: nesting deeper than 32", 0) end
   local t = type(v)
-  if t == "nil" or v == M.null then return "null" end
+  -- (type first: a cdata pointer compared with M.null by == reads as NULL)
+  if t == "nil" or (t == "table" and v == M.null) then return "null" end
   if t == "boolean" then return tostring(v) end
   if t == "number" then
     if v ~= v or v == math.huge or v == -math.huge then return "null" end
@@ -80,7 +81,9 @@ local function encode(v, depth)
       if type(k) ~= "string" and type(k) ~= "number" then
         error("json: cannot encode a " .. type(k) .. " as an object key", 0)
       end
-      local name = tostring(k)
+      -- A number key as a number value is written (2^60 and 2^60 + 1024
+      -- differ at 17 digits, not at tostring's 14).
+      local name = type(k) == "number" and encode(k, depth + 1) or k
       if seen[name] then error("json: two keys both read as '" .. name .. "'", 0) end
       seen[name] = true
       keys[#keys + 1] = {name = name, key = k}
@@ -121,6 +124,8 @@ end
 function M.decode(text)
   if type(text) ~= "string" then error("json: cannot parse a " .. type(text) .. " (expected JSON text)", 0) end
   if not text:find("%S") then error("json: cannot parse an empty text", 0) end
+  -- SQLite reads up to a NUL: "[1]\0garbage" would parse as [1].
+  if text:find("\0", 1, true) then error("json: cannot parse: a NUL byte in the text", 0) end
   local core = require "vsalab.core"
   local db = core.db_open(":memory:")
   local ok, res = pcall(function()

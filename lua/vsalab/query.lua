@@ -136,7 +136,7 @@ local about = {
     .. "json or markdown",
 }
 
-function M.main(argv)
+local function main(argv)
   local cmd = table.remove(argv, 1)
   local o, rest = cli.parse(cmd, argv, {options = options, usage = usage[cmd] or "",
     about = about[cmd]})
@@ -299,15 +299,21 @@ function M.main(argv)
     for i, v in ipairs(o.rest) do
       local n = tonumber(v)
       local int = v:match("^%-?[1-9]%d*$") or v == "0" or v == "-0"
-      local plain = n and ((int and math.abs(n) < 2 ^ 53) or v:match("^%-?%d+%.%d+$"))
-      vals[i] = plain and n or v
+      if n and int and math.abs(n) < 2 ^ 53 then
+        vals[i] = n
+      elseif n and v:match("^%-?%d+%.%d+$") and n > -math.huge and n < math.huge then
+        vals[i] = {real = n} -- REAL, as SQLite reads the literal: 1.0 / 2 is 0.5
+      else
+        vals[i] = v
+      end
     end
     -- Lua passes at most a few thousand values to a call; SQLite binds
     -- ?1..?32766: beyond 999 a statement is not what anyone typed.
     if #vals > 999 then return fail(string.format("at most 999 values, got %d", #vals)) end
     local okq, rows = pcall(db.q, db, sql, unpack(vals))
-    -- Only ';' or comments: nothing ran, as for an empty SQL.
-    if okq and not rows.columns and #rows == 0 and not sql:gsub("%-%-[^\n]*", ""):gsub("/%*.-%*/", ""):find("[^%s;]") then
+    -- Only ';' or comments: SQLite prepared no statement (a statement's
+    -- result always has its column list, empty or not).
+    if okq and not rows.columns then
       return fail("the SQL has no statement (only ';' or comments)")
     end
     if not okq then
@@ -325,10 +331,13 @@ function M.main(argv)
         local path = msg:match("db '([^']*)'") or o.db or "?"
         return fail(string.format("db '%s': the database file is corrupt (%s)", path, sqlite_says), 2)
       end
-      -- A first query guesses names: say which tables there are.
+      -- A first query guesses names: say which tables this DB has.
       if msg:find("no such table", 1, true) then
-        msg = msg .. " (tables: run, result, result_error; the view result_summary joins them; "
-          .. "docs/db.md has the schema)"
+        local okt, names = pcall(db.q, db, "SELECT group_concat(name, ', ') AS n FROM (SELECT name FROM "
+          .. "sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite%' ORDER BY type, name)")
+        local have = okt and names[1] and names[1].n
+        msg = msg .. " (" .. (have and ("this DB has: " .. have) or "this DB has no tables")
+          .. "; docs/db.md has the schema)"
       end
       return fail(msg, 1)
     end
@@ -338,6 +347,20 @@ function M.main(argv)
   end
   db:close()
   return 0
+end
+
+-- An interrupt that lands while rows are printed (not inside SQLite, which
+-- says it itself) reads as one line, as everywhere else, not a traceback;
+-- the host turns a Ctrl-C into exit 130.
+function M.main(argv)
+  local cmd = argv[1]
+  local ok, rc = pcall(main, argv)
+  if ok then return rc end
+  local msg = tostring(rc)
+  local stop = msg:match("interrupted![^\n]*")
+  if not stop then error(rc, 0) end
+  io.stderr:write("vsalab ", tostring(cmd), ": ", stop, "\n")
+  return 1
 end
 
 return M

@@ -381,12 +381,15 @@ function M.log(row)
   -- The row goes to this run: another id would be overwritten unsaid.
   if t.run_id ~= nil and t.run_id ~= r.id then
     error(string.format("vsalab.log: field 'run_id' is %s, but rows go to this run (%d); leave it out",
-      tostring(t.run_id), r.id), 2)
+      type(t.run_id) == "string" and string.format("%q", t.run_id) or tostring(t.run_id), r.id), 2)
   end
   t.run_id = r.id
   -- A block size no list, kernel or report knows would read as a point.
   if t.block ~= nil then
     local blocks = require "vsalab.blocks"
+    if type(t.block) ~= "number" then
+      error("vsalab.log: field 'block' must be a number, got " .. type(t.block), 2)
+    end
     if not blocks.supported(t.block) then
       error(string.format("vsalab.log: field 'block' is %s, not a block size vsalab takes (%s)",
         tostring(t.block), blocks.text()), 2)
@@ -403,6 +406,10 @@ function M.log(row)
     local okx, text = pcall(json.encode, t.extra)
     if not okx then error("vsalab.log: field 'extra': " .. tostring(text), 2) end
     t.extra = text
+  elseif type(t.extra) == "string" then
+    -- JSON text, or the DB's CHECK refuses it as if the disk had failed.
+    local okd = pcall(json.decode, t.extra)
+    if not okd then error("vsalab.log: field 'extra' must be a table or JSON text, got '" .. t.extra:sub(1, 40) .. "'", 2) end
   end
   if t.errors ~= nil then
     if type(t.errors) ~= "table" then error("vsalab.log: field 'errors' must be a table", 2) end

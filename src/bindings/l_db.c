@@ -434,7 +434,9 @@ raise_stmt(lua_State *L, l_db *u, sqlite3_stmt **g, const char *sql)
 
 /* db:q(sql, ...) -> array of rows (tables keyed by column name; NULL columns
  * absent) [, changes for a statement that writes]. One statement; values
- * bind by position (numbers, strings, booleans as 1/0, nil as NULL). */
+ * bind by position (numbers: integral ones as INTEGER, others as REAL;
+ * {real = x} as REAL whatever x is, so 1.0 stays a REAL; strings; booleans
+ * as 1/0; nil as NULL). */
 static int
 l_db_q(lua_State *L)
 {
@@ -444,9 +446,15 @@ l_db_q(lua_State *L)
   int top = lua_gettop(L), nargs = top - 2;
   for (int i = 3; i <= top; i++) {
     int t = lua_type(L, i);
+    int real = 0;
+    if (t == LUA_TTABLE) {
+      lua_getfield(L, i, "real");
+      real = lua_type(L, -1) == LUA_TNUMBER;
+      lua_pop(L, 1);
+    }
     luaL_argcheck(L, t == LUA_TNIL || t == LUA_TNUMBER || t == LUA_TSTRING ||
-                       t == LUA_TBOOLEAN,
-                  i, "value to bind must be a number, string, boolean or nil");
+                       t == LUA_TBOOLEAN || real,
+                  i, "value to bind must be a number, {real = number}, string, boolean or nil");
   }
   sqlite3 *h = vsa_db_handle(u->db);
   sqlite3_stmt **g = (sqlite3_stmt **)lua_newuserdata(L, sizeof *g);
@@ -513,6 +521,11 @@ l_db_q(lua_State *L)
     }
     case LUA_TBOOLEAN:
       rc = sqlite3_bind_int(*g, i, lua_toboolean(L, idx));
+      break;
+    case LUA_TTABLE: /* {real = x}, checked above */
+      lua_getfield(L, idx, "real");
+      rc = sqlite3_bind_double(*g, i, lua_tonumber(L, -1));
+      lua_pop(L, 1);
       break;
     default:
       rc = sqlite3_bind_null(*g, i);

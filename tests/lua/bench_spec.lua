@@ -56,6 +56,15 @@ describe("bench", function()
     assert.truthy(H.err(vsalab.stats, {}):find("stats: need a list of samples", 1, true))
     assert.truthy(H.err(vsalab.pair_flops, "128"):find("pair_flops: expected numbers D and block", 1, true))
     assert.truthy(H.err(vsalab.cosine, {x2 = 1}):find("cosine: expected what vsalab.compare returns", 1, true))
+    assert.truthy(H.err(vsalab.cosine, {x2 = 1 / 0, ref2 = 1, diff2 = 0}):find("cosine: x2 is inf, not a finite sum", 1, true))
+    assert.truthy(H.err(vsalab.cosine, {x2 = -1, ref2 = 1, diff2 = 0}):find("cosine: x2 is -1", 1, true))
+    assert.near(1, vsalab.cosine{x2 = 4, ref2 = 4, diff2 = 0}, 1e-12)
+    for _, d in ipairs{0 / 0, 1 / 0, -1, 0, 1.5} do
+      assert.truthy(H.err(vsalab.pair_flops, d):find("pair_flops: D must be a positive integer", 1, true))
+    end
+    assert.truthy(H.err(vsalab.pair_flops, 128, 32):find("pair_flops: block 32 is not a block size vsalab takes (64, 128)", 1, true))
+    assert.equal(10 * 128 * 128 * 128, vsalab.pair_flops(128, 128))
+    assert.is_nil(vsalab.tflops(100, 128, 1, 32))
     assert.truthy(H.err(vsalab.bench, work, {max_samples = 7, clock = "host"}):match("max_samples %(7%) is below min_samples %(10%)"))
     assert.truthy(H.err(vsalab.bench, work, {min_time = 2, max_time = 1, clock = "host"}):match("min_time %(2 s%) is above max_time %(1 s%)"))
     -- Not a table: said so, not "attempt to index local 'opts'".

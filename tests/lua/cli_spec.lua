@@ -289,7 +289,8 @@ describe("vsalab CLI", function()
   it("refuses a row for another run, at a block size vsalab does not take, or with an extra it cannot store", function()
     local db = dir .. "/logbad.db"
     H.write(dir .. "/logbad.lua", [[
-      for _, row in ipairs{{run_id = 999}, {block = 96}, {extra = {u = newproxy()}}} do
+      for _, row in ipairs{{run_id = 999}, {block = 96}, {extra = {u = newproxy()}}, {extra = "{bad"},
+                           {block = "64"}} do
         row.experiment, row.kernel = "t", "k"
         local ok, e = pcall(vsalab.log, row)
         print(ok and "logged" or e)
@@ -300,6 +301,9 @@ describe("vsalab CLI", function()
     assert.truthy(out:find("vsalab.log: field 'run_id' is 999, but rows go to this run (1); leave it out", 1, true), out)
     assert.truthy(out:find("vsalab.log: field 'block' is 96, not a block size vsalab takes (64, 128)", 1, true), out)
     assert.truthy(out:find("vsalab.log: field 'extra': json: cannot encode a userdata", 1, true), out)
+    assert.truthy(out:find("vsalab.log: field 'extra' must be a table or JSON text, got '{bad'", 1, true), out)
+    assert.truthy(out:find("vsalab.log: field 'block' must be a number, got string", 1, true), out)
+    assert.falsy(err:find("could not be written", 1, true), err) -- not said as a failing disk
     local d = vsalab.db_open(db, {readonly = true})
     local rows = d:q("SELECT block FROM result")
     d:close()

@@ -96,6 +96,9 @@ describe("experiment arguments", function()
     refused("seed_sweep.lua -a Sq[pow3]=[12:14]",
       "sweep: unknown axis flag [pow3] in -a Sq[pow3]=[12:14] (the only axis flag is [pow2]")
     refused("smoke.lua -a density=", "sweep: -a density= gives the axis no values (e.g. -a density=[v1,v2])")
+    -- A second key=value for one key, likewise.
+    refused("smoke.lua kernels=reference kernels=invert",
+      "argument 'kernels': given twice ('kernels=reference', then 'kernels=invert'); a list is one argument: kernels=a,b")
     -- A second -a for one axis replaced the first without a word.
     refused("smoke.lua -a density=0.5 -a density=0.25",
       "sweep: axis 'density' is set twice (-a density=0.5, then -a density=0.25); give its values in one list")

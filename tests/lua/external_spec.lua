@@ -90,6 +90,13 @@ describe("json.decode", function()
     assert.equal("json: cannot encode a table as an object key", H.err(vsalab.json.encode, {[{}] = 1}))
     assert.equal("json: cannot parse an empty text", H.err(vsalab.json.decode, ""))
     assert.equal("json: cannot parse: malformed JSON", H.err(vsalab.json.decode, "{"))
+    assert.equal("json: cannot parse: a NUL byte in the text", H.err(vsalab.json.decode, "[1]\0garbage"))
+    assert.equal("json: cannot encode a cdata", H.err(vsalab.json.encode, {require("ffi").cast("void *", 1)}))
+    -- Number keys keep 17 digits: 2^60 and 2^60 + 1024 are two keys.
+    local two = vsalab.json.decode(vsalab.json.encode{[2 ^ 60] = 1, [2 ^ 60 + 1024] = 2})
+    local n = 0
+    for _ in pairs(two) do n = n + 1 end
+    assert.equal(2, n)
   end)
 end)
 

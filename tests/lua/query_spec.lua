@@ -228,6 +228,16 @@ describe("result queries", function()
       assert.equal(2, rcn, q)
       assert.truthy(errn:find("the SQL has no statement", 1, true), errn)
     end
+    -- --db=PATH is --db PATH (it was read as the SQL: a "--" comment).
+    local rce, oute, erre = H.vsalab("query --db=" .. db .. " --format=csv \"SELECT 7 AS x\"")
+    assert.equal(0, rce, erre)
+    assert.equal("x\n7\n", oute)
+    -- A decimal binds as REAL, as SQLite reads the literal.
+    local _, outd = H.vsalab("query --db " .. db .. " --format csv \"SELECT ?1 / 2 AS h\" 1.0")
+    assert.equal("h\n0.5\n", outd)
+    for _, q in ipairs{"\"/* -- */\"", "\"/* open\""} do
+      assert.equal(2, (H.vsalab("query --db " .. db .. " " .. q)), q)
+    end
     local rcl, _, errl = H.vsalab("query --db " .. db .. " --limit 3 \"SELECT 1\"")
     assert.equal(2, rcl, errl)
     assert.truthy(errl:find("--limit applies to runs only", 1, true), errl)
@@ -236,13 +246,14 @@ describe("result queries", function()
     -- A guessed table name gets the real ones.
     local rct, _, errt = H.vsalab("query --db " .. db .. " \"SELECT * FROM results\"")
     assert.equal(1, rct, errt)
-    assert.truthy(errt:find("no such table: results", 1, true) and errt:find("(tables: run, result, result_error;", 1, true), errt)
+    assert.truthy(errt:find("no such table: results", 1, true)
+      and errt:find("(this DB has: result, result_error, run, result_summary;", 1, true), errt)
     -- Values bind as typed: only a number written as one binds as a number.
     local rcb, outb = H.vsalab("query --db " .. db .. " --format csv \"SELECT typeof(?1) AS a, ?1 AS a1, "
       .. "typeof(?2) AS b, typeof(?3) AS c, typeof(?4) AS d, typeof(?5) AS e, ?6 AS f, typeof(?7) AS g, "
       .. "typeof(?8) AS h, typeof(?9) AS i, ?10 < 1 AS j\" 0123 3 0.5 0x10 1e3 -7 1.0 nan inf 0.30000000000000004")
     assert.equal(0, rcb, outb)
-    assert.equal("a,a1,b,c,d,e,f,g,h,i,j\ntext,0123,integer,real,text,text,-7,integer,text,text,1\n", outb)
+    assert.equal("a,a1,b,c,d,e,f,g,h,i,j\ntext,0123,integer,real,text,text,-7,real,text,text,1\n", outb)
     -- One statement; a trailing comment is fine, a second statement is not.
     local rc2, out2 = H.vsalab("query --db " .. db .. " \"SELECT 7 AS x; -- why\" --format csv")
     assert.equal(0, rc2)
