@@ -42,7 +42,7 @@ fi
 
 # Test-only NVIDIA tools from the Python registry, into .deps/py: CUTLASS's
 # headers (the sm100a descriptor tests compare against CuTe's encoders) and
-# cuobjdump (the SASS census; the CUDA 13.0 toolkit here ships none).
+# cuobjdump (the SASS census; the CUDA 13.0 toolkit does not ship it everywhere).
 if [ ! -x .deps/py/nvidia/cu13/bin/cuobjdump ] || [ ! -d .deps/py/cutlass_library ]; then
   echo "setup: installing nvidia-cutlass, nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm into .deps/py (test tools)"
   # Only two tests need them: without the registry the build goes on, and

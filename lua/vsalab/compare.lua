@@ -453,6 +453,22 @@ function M.main(argv)
     if not mismatch then no_match() end
     return 1
   end
+  if gate then
+    -- Why the exit status is 1, in words: a missing point alone (an -a that
+    -- narrowed B) is a gate too, unless --partial says a subset is meant.
+    local new_fail = 0
+    for _, r in ipairs(rows) do
+      if type(r.flags) == "string" and r.flags:find("NEW FAIL", 1, true) then new_fail = new_fail + 1 end
+    end
+    local why = {}
+    if counts.SLOW > 0 then why[#why + 1] = counts.SLOW .. " SLOW" end
+    if new_fail > 0 then why[#why + 1] = new_fail .. " NEW FAIL" end
+    if counts.MISSING > 0 then
+      why[#why + 1] = counts.MISSING .. " MISSING (points of A that B did not measure; --partial accepts a subset)"
+    end
+    io.stdout:flush()
+    io.stderr:write("vsalab compare: exit 1: ", table.concat(why, ", "), "\n")
+  end
   return gate and 1 or 0
 end
 
