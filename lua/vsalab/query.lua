@@ -358,7 +358,9 @@ function M.main(argv)
   if ok then return rc end
   local msg = tostring(rc)
   local stop = msg:match("interrupted![^\n]*")
-  if not stop then error(rc, 0) end
+  -- Not an interrupt, or stdout's reader gone (the host stops quietly
+  -- then, with 141): the host's own handling.
+  if not stop or stop:find("SIGPIPE", 1, true) then error(rc, 0) end
   io.stderr:write("vsalab ", tostring(cmd), ": ", stop, "\n")
   return 1
 end
