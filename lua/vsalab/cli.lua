@@ -20,6 +20,7 @@ end
 -- spec.about (more lines) for --help / -h. spec.strict: a word starting
 -- with '-' that is no option is an error; otherwise it is positional (query
 -- values may be negative numbers), and --help counts before the first one.
+-- "--" ends the options; --opt=VALUE is --opt VALUE.
 -- Returns opts, positional; or nil, exit status (2 after a usage error, 0
 -- after --help).
 function M.parse(cmd, argv, spec)
@@ -28,6 +29,12 @@ function M.parse(cmd, argv, spec)
   local i = 1
   while i <= #argv do
     local a = argv[i]
+    -- "--" ends the options: what follows is positional even when it
+    -- starts with "-" (a query value "--db").
+    if a == "--" then
+      for j = i + 1, #argv do rest[#rest + 1] = argv[j] end
+      break
+    end
     -- --db=PATH is --db PATH (else a query read it as its SQL).
     local name, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
     if name and ((spec.options or {})[name] or name == "--db") then

@@ -19,11 +19,13 @@
  * vsalab_version when built with VSA_GIT_REV / VSA_VERSION, unless given.
  * db:q returns integers as Lua numbers (exact up to 2^53).
  */
+#include <ctype.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -432,6 +434,29 @@ raise_stmt(lua_State *L, l_db *u, sqlite3_stmt **g, const char *sql)
   return luaL_error(L, "%s", msg);
 }
 
+/* A PRAGMA that only reads ("PRAGMA journal_mode", "PRAGMA main.page_size";
+ * no "=" and no argument): SQLite does not call it read-only, as the same
+ * name with a value writes. */
+static int
+pragma_read(const char *sql)
+{
+  if (!sql) return 0;
+  while (*sql == ' ' || *sql == '\t' || *sql == '\n' || *sql == '\r') sql++;
+  if (strncasecmp(sql, "pragma", 6) != 0) return 0;
+  char low[256];
+  size_t n = 0;
+  for (const char *p = sql + 6; *p; p++) {
+    if (*p == '=' || *p == '(') return 0;
+    if (n + 1 < sizeof low) low[n++] = (char)tolower((unsigned char)*p);
+  }
+  low[n] = '\0';
+  /* These act without a value: checkpointing, freeing pages, ANALYZE. */
+  static const char *const acting[] = {"wal_checkpoint", "incremental_vacuum", "optimize"};
+  for (size_t i = 0; i < sizeof acting / sizeof acting[0]; i++)
+    if (strstr(low, acting[i])) return 0;
+  return 1;
+}
+
 /* db:q(sql, ...) -> array of rows (tables keyed by column name; NULL columns
  * absent) [, changes for a statement that writes]. One statement; values
  * bind by position (numbers: integral ones as INTEGER, others as REAL;
@@ -487,7 +512,8 @@ l_db_q(lua_State *L)
   /* A read-only connection's main DB cannot change, but VACUUM INTO
    * writes a new file from it: a statement that writes is refused there. */
   if (sqlite3_db_readonly(h, "main") == 1 && !sqlite3_stmt_readonly(*g) &&
-      !sqlite3_stmt_isexplain(*g)) { /* EXPLAIN only describes the statement */
+      !sqlite3_stmt_isexplain(*g) && /* EXPLAIN only describes the statement */
+      !pragma_read(sqlite3_sql(*g))) {
     sqlite3_finalize(*g);
     *g = NULL;
     return luaL_error(L, "db:q: the DB is open read-only and this statement writes: '%s'", sql);

@@ -241,8 +241,16 @@ describe("result queries", function()
     local rcl, _, errl = H.vsalab("query --db " .. db .. " --limit 3 \"SELECT 1\"")
     assert.equal(2, rcl, errl)
     assert.truthy(errl:find("--limit applies to runs only", 1, true), errl)
-    -- EXPLAIN describes a statement that writes, without writing.
+    -- EXPLAIN describes a statement that writes, without writing; a PRAGMA
+    -- without a value reads, but a checkpoint acts.
     assert.equal(0, (H.vsalab("query --db " .. db .. " \"EXPLAIN DELETE FROM run\"")))
+    assert.equal(0, (H.vsalab("query --db " .. db .. " \"PRAGMA journal_mode\"")))
+    assert.equal(1, (H.vsalab("query --db " .. db .. " \"PRAGMA journal_mode = DELETE\"")))
+    assert.equal(1, (H.vsalab("query --db " .. db .. " \"pragma WAL_CHECKPOINT\"")))
+    -- "--" ends the options: a value may be "--db".
+    local rcx, outx = H.vsalab("query --db " .. db .. " --format csv \"SELECT ?1 AS a\" -- --db")
+    assert.equal(0, rcx, outx)
+    assert.equal("a\n--db\n", outx)
     -- A guessed table name gets the real ones.
     local rct, _, errt = H.vsalab("query --db " .. db .. " \"SELECT * FROM results\"")
     assert.equal(1, rct, errt)
