@@ -117,9 +117,10 @@ function M.pair_flops(D, block)
   if not (D >= 1 and D < math.huge and D == math.floor(D)) then
     error("pair_flops: D must be a positive integer, got " .. tostring(D), 2)
   end
-  if not require("vsalab.blocks").supported(block) then
+  local blocks = require "vsalab.blocks"
+  if not blocks.supported(block) then
     error(string.format("pair_flops: block %s is not a block size vsalab takes (%s)", tostring(block),
-      require("vsalab.blocks").text()), 2)
+      blocks.text()), 2)
   end
   return 10 * block * block * D
 end
@@ -128,13 +129,13 @@ end
 -- block: tokens per block (default 64). nil when an argument is not a
 -- positive number (D an integer, block a size vsalab takes).
 function M.tflops(pairs, D, ms, block)
-  block = block or 64
-  if type(pairs) ~= "number" or type(D) ~= "number" or type(ms) ~= "number"
-      or type(block) ~= "number" or not (ms > 0) or not (pairs >= 0) or not (D >= 1)
-      or D ~= math.floor(D) or D == math.huge or not require("vsalab.blocks").supported(block) then
+  if type(pairs) ~= "number" or type(ms) ~= "number" or not (ms > 0) or not (pairs >= 0) then
     return nil
   end
-  return M.pair_flops(D, block) * pairs / (ms * 1e-3) / 1e12
+  -- D and block as pair_flops takes them; what it refuses gives nil here.
+  local ok, flops = pcall(M.pair_flops, D, block)
+  if not ok then return nil end
+  return flops * pairs / (ms * 1e-3) / 1e12
 end
 
 return M

@@ -301,10 +301,12 @@ end
 -- Points per verdict, and MISSING: the ONLY A points that gate (all of
 -- them unless --partial), as the summary line and the HTML view count them.
 function M.counts(rows)
-  local c = {SAME = 0, FAST = 0, SLOW = 0, AMBIGUOUS = 0, ["ONLY A"] = 0, ["ONLY B"] = 0, MISSING = 0}
+  local c = {SAME = 0, FAST = 0, SLOW = 0, AMBIGUOUS = 0, ["ONLY A"] = 0, ["ONLY B"] = 0, MISSING = 0,
+    ["NEW FAIL"] = 0}
   for _, r in ipairs(rows) do
     c[r.verdict] = (c[r.verdict] or 0) + 1
     if r.flags == "MISSING" then c.MISSING = c.MISSING + 1 end
+    if type(r.flags) == "string" and r.flags:find("NEW FAIL", 1, true) then c["NEW FAIL"] = c["NEW FAIL"] + 1 end
   end
   return c
 end
@@ -456,13 +458,9 @@ function M.main(argv)
   if gate then
     -- Why the exit status is 1, in words: a missing point alone (an -a that
     -- narrowed B) is a gate too, unless --partial says a subset is meant.
-    local new_fail = 0
-    for _, r in ipairs(rows) do
-      if type(r.flags) == "string" and r.flags:find("NEW FAIL", 1, true) then new_fail = new_fail + 1 end
-    end
     local why = {}
     if counts.SLOW > 0 then why[#why + 1] = counts.SLOW .. " SLOW" end
-    if new_fail > 0 then why[#why + 1] = new_fail .. " NEW FAIL" end
+    if counts["NEW FAIL"] > 0 then why[#why + 1] = counts["NEW FAIL"] .. " NEW FAIL" end
     if counts.MISSING > 0 then
       why[#why + 1] = counts.MISSING .. " MISSING (points of A that B did not measure; --partial accepts a subset)"
     end

@@ -98,18 +98,13 @@ vsa_arg_device(lua_State *L, const vsa_tensor *t, const char *name, int dev,
              dev == VSA_CPU ? "" : lua_pushfstring(L, "%d", dev));
 }
 
-/* An index tensor argument: i32 as is, i64 converted to a new i32 tensor
- * (pushed on the stack, kept alive by it). */
 void
 vsa_arg_check_i64_fits(lua_State *L, const vsa_tensor *t64, const char *name)
 {
   int top = lua_gettop(L);
   const vsa_tensor *h = t64;
-  if (t64->device != VSA_CPU) {
-    vsa_tensor *c = vsa_lua_newtensor(L, VSA_I64, VSA_CPU, t64->ndim, t64->shape);
-    if (vsa_tensor_copy(c, t64) != 0) vsa_lua_raise(L);
-    h = c;
-  } else if (!vsa_tensor_is_contiguous(t64)) {
+  /* Read on the host, in flat order: a contiguous host copy when needed. */
+  if (t64->device != VSA_CPU || !vsa_tensor_is_contiguous(t64)) {
     vsa_tensor *c = vsa_lua_newtensor(L, VSA_I64, VSA_CPU, t64->ndim, t64->shape);
     if (vsa_tensor_copy(c, t64) != 0) vsa_lua_raise(L);
     h = c;
@@ -122,6 +117,8 @@ vsa_arg_check_i64_fits(lua_State *L, const vsa_tensor *t64, const char *name)
   lua_settop(L, top);
 }
 
+/* An index tensor argument: i32 as is, i64 converted to a new i32 tensor
+ * (pushed on the stack, kept alive by it). */
 vsa_tensor *
 vsa_arg_index(lua_State *L, int idx, const char *name, int ndim)
 {

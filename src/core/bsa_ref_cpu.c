@@ -223,8 +223,8 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
       delta[bh * s->Sq + r] = dot_bf16(dO + off + r * ts, o + off + r * ts, D);
   }
 
-  int stopped = 0;
-  for (int64_t bh = 0; bh < BH && !stopped; bh++) {
+  int rc = 0;
+  for (int64_t bh = 0; bh < BH; bh++) {
     const int64_t qoff = vsa_head_offset(s->layout, H, s->Sq, D, bh);
     const int64_t koff = vsa_head_offset(s->layout, H, s->Skv, D, bh);
     const uint16_t *qs = q + qoff, *dOs = dO + qoff;
@@ -233,12 +233,12 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
 
     /* dk, dv: one kv row c at a time, over the q blocks that select its
      * block (k2q list). Invalid slots and unselected blocks stay 0. */
-    for (int j = 0; j < nkv && !stopped; j++) {
+    for (int j = 0; j < nkv; j++) {
       /* A stop is looked for every kv block (and every q block below): one
        * head of a long sequence runs for many seconds. */
       if (vsa_poll_stop() != 0) {
-        stopped = 1;
-        break;
+        rc = -1;
+        goto done;
       }
       const int64_t row = bh * nkv + j;
       const int32_t *list = k2q_idx + row * k2q_width;
@@ -273,10 +273,10 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
 
     /* dq: one q row r at a time, over its valid keys (q2k list), with S,
      * P and dP recomputed. A row with no valid key keeps dq = 0. */
-    for (int i = 0; i < nq && !stopped; i++) {
+    for (int i = 0; i < nq; i++) {
       if (vsa_poll_stop() != 0) {
-        stopped = 1;
-        break;
+        rc = -1;
+        goto done;
       }
       const int64_t row = bh * nq + i;
       const int32_t *list = q2k_idx + row * q2k_width;
@@ -300,7 +300,8 @@ vsa_backward_ref_cpu(const vsa_shape *s, const uint16_t *dO,
       }
     }
   }
+done:
   free(acc_k);
   free(acc_v);
-  return stopped ? -1 : 0;
+  return rc;
 }
