@@ -41,7 +41,7 @@ energy|-|hot and sustained rows at 16k, 65k and Wan 720P H40 25%, the dQ reduce 
 power-trace|-|2000 back-to-back calls of each dq-modes kernel at 16k, medians per 100 calls, nvidia-smi sampling clocks and limits every 20 ms
 process-spread|-|one 16k point in 8 separate processes: how much a time moves by process (clocks, capped time)
 old-vs-new|-|this build against OLD=BINARY, alternated on the same shapes so clock drift falls on both (skipped without OLD)
-breakdown|-|Nsight Compute: per-kernel times of one call of each dq-modes kernel at 4k, 8k, 16k
+breakdown|-|Nsight Compute: per-kernel times of one call of each dq-modes kernel at 4k, 8k, 16k, blocks 64 and 128
 profile|-|Nsight Compute --set full on ncu_profile.lua launches (v3, v4, dQ reduce ablated); details page and stall samples
 qchunk-table|-|the q_chunk tuning table at the L2-bound shapes (qchunk_table.lua)
 vsa-lists|-|problem.build wall time at Wan 720P H40, random against VSA-like lists (vsa_build_time.lua)
@@ -765,15 +765,17 @@ step_old_vs_new() {
 }
 
 step_breakdown() {
-  local modes
+  local modes block
   modes=$(backends dq-modes | paste -sd' ')
-  # shellcheck disable=SC2086 # one word a backend
-  check "per-kernel times: $modes" ncu --clock-control none --metrics gpu__time_duration.sum \
-    -k regex:"prep_kernel|row_exp_kernel|bwd_(ws_|kv2_)?kernel|dq_finish" \
-    "$bin" run tests/gpu/ncu_breakdown.lua $modes
-  # One line a kernel: its name and duration.
-  # shellcheck disable=SC2016 # awk's own $ fields
-  show awk '/^  *[A-Za-z_].*\(/ { n = $1 } /^ *(S=|backend)/ { print } /gpu__time_duration/ { print "   ", n, $(NF-1), $NF }' "$out/.check.out"
+  for block in 64 128; do
+    # shellcheck disable=SC2086 # one word a backend
+    check "per-kernel times at block $block: $modes" ncu --clock-control none --metrics gpu__time_duration.sum \
+      -k regex:"prep_kernel|row_exp_kernel|bwd_(ws_|kv2_|b128_)?kernel|dq_finish" \
+      "$bin" run tests/gpu/ncu_breakdown.lua --block=$block $modes
+    # One line a kernel: its name and duration.
+    # shellcheck disable=SC2016 # awk's own $ fields
+    show awk '/^  *[A-Za-z_].*\(/ { n = $1 } /^ *(S=|backend)/ { print } /gpu__time_duration/ { print "   ", n, $(NF-1), $NF }' "$out/.check.out"
+  done
 }
 
 step_profile() {
