@@ -24,7 +24,11 @@
 local H = require "helpers"
 local layouts = require "vsalab.layouts"
 
-local BETWEEN_LAYOUTS_TOL = 1e-5 -- fp32-dQ variants
+-- fp32-dQ variants: the two layouts reach dQ's fp32 sums in other orders, so
+-- a few bf16 elements round one ulp apart (rel L2 1.5e-5 seen on an H100 at
+-- block 128); a lost or doubled partial or a mis-strided row gives > 1e-2.
+-- The same limit as CASES' fp32 dq (lua/vsalab/cases.lua, FP32_DQ_TOL).
+local BETWEEN_LAYOUTS_TOL = 1e-4
 local ORACLE_TOL = 3e-3
 local backends = {
   {name = "reference", exact = true},
