@@ -66,7 +66,12 @@ constexpr int BAR_DQ_READ1 = 10; // WG1's dQ GEMM retired (tile of WG0, q half 1
  *  SPLIT: the two barriers over both warpgroups per pair become one-way
  *    hand-overs, so a warpgroup stages its dQ and starts the next pair while
  *    the other's dQ GEMM runs (v5.1). */
-constexpr unsigned PINGPONG = 1, SPLIT = 2;
+constexpr unsigned PINGPONG = 1, SPLIT = 2, REXP_ASYNC = 4;
+/*  REXP_ASYNC (fixed point): the row exponents of a pair reach shared memory
+ *    by cp.async at the pair's start and are read when dQ is staged (v5.2).
+ *    Loaded into registers instead (__ldg), their first use came straight
+ *    after the load, as ptxas computed 2^e there and spilled it: every pair
+ *    began with a global load's full latency in both warpgroups. */
 
 /* Ping-pong: the consumer warpgroups take turns issuing GEMMs (S^T/dP^T,
  * then dV/dK, twice a pair), so one's exponentials and dS^T overlap the
@@ -87,7 +92,8 @@ struct turn_gate {
 //   q half t's two are adjacent (the dQ GEMM's K = 128 operand);
 //   the ring: a stage holds Q (rows 0-63, 64-127: two TILEs), then dO;
 //   its statistics (lse[128], Delta[128]); the tags (q block, -1 ends);
-//   the mbarriers (kv, full[S], ready[S]).
+//   the mbarriers (kv, full[S], ready[S]);
+//   the row exponents of the current pair (REXP_ASYNC), 64 a warpgroup.
 constexpr uint32_t OFF_KV = 0;
 constexpr uint32_t OFF_DS4 = OFF_KV + 4 * TILE;
 constexpr uint32_t OFF_RING = OFF_DS4 + 4 * REGION;
@@ -96,9 +102,10 @@ constexpr uint32_t OFF_RSTATS = OFF_RING + STAGES * RING_STAGE;
 constexpr uint32_t RING_STATS = 2 * QROWS * sizeof(float);
 constexpr uint32_t OFF_TAGS = OFF_RSTATS + STAGES * RING_STATS;
 constexpr uint32_t OFF_BARS = OFF_TAGS + STAGES * sizeof(int);
-constexpr uint32_t OFF_END = OFF_BARS + (1 + 2 * STAGES) * 8;
+constexpr uint32_t OFF_REXP = (OFF_BARS + (1 + 2 * STAGES) * 8 + 15) & ~15u;
+constexpr uint32_t OFF_END = OFF_REXP + 2 * BLK * sizeof(int);
 // The largest opt-in an H100/H200 block may have (the 1 KB the driver
-// reserves a block is apart from it). The map leaves 976 bytes of it, not
+// reserves a block is apart from it). The map leaves 464 bytes of it, not
 // the 1008 a worst-case realignment could take: the kernel relies on
 // dynamic shared memory starting 1024-aligned, as CUTLASS's and
 // FlashAttention-3's Hopper kernels do, and returns without writing
@@ -231,7 +238,7 @@ __device__ __forceinline__ void
 consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
          unsigned char *base_ptr)
 {
-  constexpr bool pingpong = FLAGS & PINGPONG, split = FLAGS & SPLIT;
+  constexpr bool pingpong = FLAGS & PINGPONG, split = FLAGS & SPLIT, rexp_async = FLAGS & REXP_ASYNC;
   constexpr int both = 2 * CONSUMER_THREADS;
   const uint32_t bar_kv = base + OFF_BARS, bar_full = bar_kv + 8,
                  bar_ready = bar_full + 8 * STAGES;
@@ -243,6 +250,7 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
   const int vb = p.vbs[j];
   const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;  // this thread's kv rows
   const bool valid0 = r0 < vb, valid1 = r1 < vb;
+  const uint32_t rexp_s = base + OFF_REXP + WG * BLK * sizeof(int);
   float acc_dk[64], acc_dv[64];
 #pragma unroll
   for (int x = 0; x < 64; x++) acc_dk[x] = acc_dv[x] = 0.f;
@@ -269,9 +277,17 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
     const uint32_t st = base + OFF_RING + s * RING_STAGE;
     const float *lse = reinterpret_cast<const float *>(base_ptr + OFF_RSTATS + s * RING_STATS);
     const float *delta = lse + QROWS;
+    const int *re = p.row_exp + bh * ((int64_t)p.nq * BLK) + (int64_t)I * QROWS + WG * BLK;
     float sc0 = 1.f, sc1 = 1.f; // FIXED: 2^row_exp of this thread's two dQ rows
-    if (FIXED) {
-      const int *re = p.row_exp + bh * ((int64_t)p.nq * BLK) + (int64_t)I * QROWS + WG * BLK;
+    if (FIXED && rexp_async) {
+      // One lane of four copies its rows' exponents (the other three share
+      // the rows); the warp's reads of the previous pair's are done.
+      __syncwarp();
+      if ((lane & 3) == 0) {
+        cp_async_4(rexp_s + r0 * sizeof(int), re + r0);
+        cp_async_4(rexp_s + r1 * sizeof(int), re + r1);
+      }
+    } else if (FIXED) {
       sc0 = exp2_int(__ldg(re + r0));
       sc1 = exp2_int(__ldg(re + r1));
     }
@@ -347,6 +363,13 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
     unsigned char *stg = base_ptr + OFF_RING + s * RING_STAGE + WG * (BLK * D * sizeof(float));
     wgmma_wait<1>();
     reg_fence(acc_q0, 32);
+    if (FIXED && rexp_async) {
+      cp_async_wait_all(); // long landed: issued at the pair's start
+      __syncwarp();
+      const volatile int *rexp = reinterpret_cast<const volatile int *>(base_ptr + (rexp_s - base));
+      sc0 = exp2_int(rexp[r0]);
+      sc1 = exp2_int(rexp[r1]);
+    }
     // WG0 stages over Q, which WG1's dK GEMM reads until its phase 1 retires.
     if (split && WG == 0) named_sync_any(BAR_PH1_WG1, both);
     stage_dq<FIXED>(stg, 0, acc_q0, sc0, sc1);
@@ -417,19 +440,25 @@ bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
 } // namespace
 
 /* VSALAB_ABLATE picks an earlier variant for same-call comparisons:
- * v5_no_pingpong (v5.1 in lockstep), v5_joint (v5: ping-pong, two barriers
- * over both warpgroups a pair). */
+ * v5_1 (v5.1: row exponents through registers), v5_no_pingpong (v5.2 in
+ * lockstep), v5_joint (v5: ping-pong, two barriers over both warpgroups a
+ * pair, row exponents through registers). */
 cudaError_t
 sm90_b128_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
-  static bool configured[3] = {};
+  static bool configured[4] = {};
+  if (vsa_bwd::ablate("v5_1"))
+    return sm90_launch_main(bwd_b128_kernel<false, PINGPONG | SPLIT>,
+                            bwd_b128_kernel<true, PINGPONG | SPLIT>, THREADS, SMEM_BYTES,
+                            configured[3], p, stream);
   if (vsa_bwd::ablate("v5_no_pingpong"))
-    return sm90_launch_main(bwd_b128_kernel<false, SPLIT>, bwd_b128_kernel<true, SPLIT>, THREADS,
-                            SMEM_BYTES, configured[1], p, stream);
+    return sm90_launch_main(bwd_b128_kernel<false, SPLIT | REXP_ASYNC>,
+                            bwd_b128_kernel<true, SPLIT | REXP_ASYNC>, THREADS, SMEM_BYTES,
+                            configured[1], p, stream);
   if (vsa_bwd::ablate("v5_joint"))
     return sm90_launch_main(bwd_b128_kernel<false, PINGPONG>, bwd_b128_kernel<true, PINGPONG>,
                             THREADS, SMEM_BYTES, configured[2], p, stream);
-  return sm90_launch_main(bwd_b128_kernel<false, PINGPONG | SPLIT>,
-                          bwd_b128_kernel<true, PINGPONG | SPLIT>, THREADS, SMEM_BYTES,
+  return sm90_launch_main(bwd_b128_kernel<false, PINGPONG | SPLIT | REXP_ASYNC>,
+                          bwd_b128_kernel<true, PINGPONG | SPLIT | REXP_ASYNC>, THREADS, SMEM_BYTES,
                           configured[0], p, stream);
 }
