@@ -272,7 +272,14 @@ function M.compare(db, a, b, opts)
         flags[#flags + 1] = "ERR UP " .. name
       end
     end
-    if spread_floor then flags[#flags + 1] = string.format("floor %.0f%% (spread)", spread_floor) end
+    -- Name the floor that judged: a SAME under the absolute floor says so
+    -- (a spread floor of 156% did not make a 3x ratio SAME).
+    local under_ms = v == "SAME" and math.abs(rb.ms_median - ra.ms_median) < (point_opts.floor_ms or M.defaults.floor_ms)
+    if under_ms and host then
+      flags[#flags + 1] = string.format("under %g ms (host floor)", point_opts.floor_ms)
+    elseif spread_floor then
+      flags[#flags + 1] = string.format("floor %.0f%% (spread)", spread_floor)
+    end
     if v == "SLOW" or flags[1] == "NEW FAIL" then gate = true end
     local row = point_row(rb, v)
     -- Two kernels side by side (RUN:KERNEL on each side): name both.

@@ -112,6 +112,15 @@ function M.main(argv)
     usage.fail(string.format("rerun of row %d: %s failed its check this time (row %s)", row_id,
       tostring(r.kernel), tostring(measured.id)))
   end
+  -- Where the new row went, and the command that sets it beside the original.
+  local ok, cur = pcall(require("vsalab.run").current) -- the run the row went to (begun already)
+  local new_run = measured.run_id or (ok and cur and cur.id)
+  if new_run then
+    local db_arg = o.db and (" --db " .. o.db) or ""
+    io.stderr:write(string.format("vsalab: rerun of row %d is row %s of run %s; beside the original: "
+      .. "`vsalab compare%s --partial %d %s`\n", row_id, tostring(measured.id), tostring(new_run), db_arg,
+      r.run_id, tostring(new_run)))
+  end
   return 0
 end
 

@@ -491,12 +491,15 @@ main(int argc, char **argv)
   }
   if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 ||
       strcmp(argv[1], "-h") == 0) {
-    fputs(usage, argc < 2 ? stderr : stdout);
-    /* Plain vsalab opens the REPL only on a terminal: say why piped input got this. */
-    if (argc < 2)
+    /* Plain vsalab opens the REPL only on a terminal: piped input gets why,
+     * in one line, not the whole help. */
+    if (argc < 2) {
       fputs("vsalab: no command, and the REPL opens only on a terminal: `vsalab repl` reads "
-            "piped input\n", stderr);
-    return argc < 2 ? 2 : 0;
+            "piped input (`vsalab help` lists the commands)\n", stderr);
+      return 2;
+    }
+    fputs(usage, stdout);
+    return 0;
   }
   if (strcmp(argv[1], "-i") == 0) { /* the REPL's option, given without the command */
     fputs("vsalab: '-i' is the REPL's option: vsalab repl -i SCRIPT [args...]\n", stderr);

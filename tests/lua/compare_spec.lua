@@ -288,6 +288,9 @@ describe("vsalab compare of host-clock rows", function()
     local rc, out = H.vsalab("compare --db " .. path .. " " .. a .. " " .. b)
     assert.equal(0, rc, out)
     assert.truthy(out:find("SAME 1  FAST 0  SLOW 0", 1, true), out)
+    -- The flag names the floor that judged, not the spread's.
+    assert.truthy(out:find("under 0.05 ms (host floor)", 1, true), out)
+    assert.falsy(out:find("(spread)", 1, true), out)
     -- Past the host floor a slowdown still counts: 8.8 µs to 0.2 ms.
     local rc2, out2 = H.vsalab("compare --db " .. path .. " " .. a .. " " .. c)
     assert.equal(1, rc2, out2)
@@ -343,6 +346,9 @@ describe("vsalab rerun", function()
     d:close()
     local rc, _, err = H.vsalab("rerun --db " .. db .. " " .. row.id)
     assert(rc == 0, err)
+    -- It names the new run and the comparison to make.
+    assert.truthy(err:find("is row %d+ of run 2; beside the original: `vsalab compare %-%-db "
+      .. db:gsub("%p", "%%%0") .. " %-%-partial 1 2`"), err)
     d = vsalab.db_open(db, {readonly = true})
     local new = d:q("SELECT id, point_hash, json_extract(extra, '$.seed') AS seed FROM result WHERE run_id = 2 AND kernel = 'reference'")
     local old = d:q("SELECT json_extract(extra, '$.seed') AS seed FROM result WHERE id = ?", row.id)[1]
