@@ -116,7 +116,7 @@ function M.main(argv)
   local ok, cur = pcall(require("vsalab.run").current) -- the run the row went to (begun already)
   local new_run = measured.run_id or (ok and cur and cur.id)
   if new_run then
-    local db_arg = o.db and (" --db " .. o.db) or ""
+    local db_arg = o.db and (" --db " .. require("vsalab.run").shell_word(o.db)) or ""
     io.stderr:write(string.format("vsalab: rerun of row %d is row %s of run %s; beside the original: "
       .. "`vsalab compare%s --partial %d %s`\n", row_id, tostring(measured.id), tostring(new_run), db_arg,
       r.run_id, tostring(new_run)))

@@ -503,6 +503,7 @@ local function shell_word(w)
   if w ~= "" and not w:find("[^%w%%+,./:=@_%-]") then return w end
   return "'" .. w:gsub("'", "'\\''") .. "'"
 end
+M.shell_word = shell_word
 
 -- After the host closed an interrupted run: "run N interrupted after K
 -- rows; continue with `vsalab run ... --resume N`", the command line this
