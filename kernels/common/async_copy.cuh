@@ -101,24 +101,6 @@ bulk_wait_all()
 }
 
 // ----------------------------------------------------------------------------
-// cp.async (non-bulk): global -> shared without passing through a register,
-// so a load issued early costs no scoreboard wait until its value is read
-
-/* Copy 4 bytes from global src to shared dst (4-byte aligned, L1-cached). */
-__device__ __forceinline__ void
-cp_async_4(uint32_t dst, const void *src)
-{
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-
-/* Wait until every cp.async of this thread has landed in shared memory. */
-__device__ __forceinline__ void
-cp_async_wait_all()
-{
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-
-// ----------------------------------------------------------------------------
 // mbarriers (shared::cta), TMA loads, named barriers, register reallocation
 
 __device__ __forceinline__ void

@@ -364,9 +364,10 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
     wgmma_wait<1>();
     reg_fence(acc_q0, 32);
     if (FIXED && rexp_async) {
-      cp_async_wait_all(); // long landed: issued at the pair's start
+      cp_async_commit(); // long landed: issued at the pair's start
+      cp_async_wait<0>();
       __syncwarp();
-      const volatile int *rexp = reinterpret_cast<const volatile int *>(base_ptr + (rexp_s - base));
+      const volatile int *rexp = reinterpret_cast<const volatile int *>(base_ptr + OFF_REXP) + WG * BLK;
       sc0 = exp2_int(rexp[r0]);
       sc1 = exp2_int(rexp[r1]);
     }

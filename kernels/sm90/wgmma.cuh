@@ -77,13 +77,22 @@ reg_fence_u32(uint32_t *d, int n)
 }
 
 // ----------------------------------------------------------------------------
-// cp.async (16 B, L2 only)
+// cp.async: global -> shared without passing through a register, so a load
+// issued early costs no scoreboard wait until its value is read
 
+/* 16 bytes, L2 only. */
 __device__ __forceinline__ void
 cp_async16(uint32_t dst, const void *src)
 {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src)
                : "memory");
+}
+
+/* 4 bytes (4-byte aligned), L1-cached. */
+__device__ __forceinline__ void
+cp_async_4(uint32_t dst, const void *src)
+{
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
 }
 
 __device__ __forceinline__ void
