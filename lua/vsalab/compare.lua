@@ -54,13 +54,14 @@ local M = {}
 
 M.defaults = {floor_pct = 2, floor_ms = 0.005, floor_pct_host = 50, floor_ms_host = 0.05}
 
--- Verdict for one point: a, b = {median, min, max} in ms.
+-- Verdict for one point: a, b = {median, min, max} in ms. Returns the
+-- verdict, B/A and, for a SAME under the absolute floor, "floor_ms".
 function M.verdict(a, b, opts)
   opts = opts or M.defaults
   local floor = (opts.floor_pct or M.defaults.floor_pct) / 100
   local ratio = b.median / a.median
   if math.abs(b.median - a.median) < (opts.floor_ms or M.defaults.floor_ms) then
-    return "SAME", ratio
+    return "SAME", ratio, "floor_ms"
   end
   if math.abs(ratio - 1) <= floor then return "SAME", ratio end
   if ratio > 1 and b.min > a.max then return "SLOW", ratio end
@@ -258,7 +259,7 @@ function M.compare(db, a, b, opts)
       point_opts = {floor_ms = host_ms, floor_pct = pct}
       if by_spread then spread_rows = spread_rows + 1; spread_floor = pct end
     end
-    local v, ratio = M.verdict(
+    local v, ratio, judged_by = M.verdict(
       {median = ra.ms_median, min = ra.ms_min or ra.ms_median, max = ra.ms_max or ra.ms_median},
       {median = rb.ms_median, min = rb.ms_min or rb.ms_median, max = rb.ms_max or rb.ms_median},
       point_opts)
@@ -274,8 +275,7 @@ function M.compare(db, a, b, opts)
     end
     -- Name the floor that judged: a SAME under the absolute floor says so
     -- (a spread floor of 156% did not make a 3x ratio SAME).
-    local under_ms = v == "SAME" and math.abs(rb.ms_median - ra.ms_median) < (point_opts.floor_ms or M.defaults.floor_ms)
-    if under_ms and host then
+    if judged_by == "floor_ms" and host then
       flags[#flags + 1] = string.format("under %g ms (host floor)", point_opts.floor_ms)
     elseif spread_floor then
       flags[#flags + 1] = string.format("floor %.0f%% (spread)", spread_floor)

@@ -113,10 +113,11 @@ function M.main(argv)
       tostring(r.kernel), tostring(measured.id)))
   end
   -- Where the new row went, and the command that sets it beside the original.
-  local ok, cur = pcall(require("vsalab.run").current) -- the run the row went to (begun already)
-  local new_run = measured.run_id or (ok and cur and cur.id)
+  local run = require "vsalab.run"
+  local ok, cur = pcall(run.current) -- the run the row went to (begun already)
+  local new_run = ok and cur and cur.id
   if new_run then
-    local db_arg = o.db and (" --db " .. require("vsalab.run").shell_word(o.db)) or ""
+    local db_arg = o.db and (" --db " .. run.shell_word(o.db)) or ""
     io.stderr:write(string.format("vsalab: rerun of row %d is row %s of run %s; beside the original: "
       .. "`vsalab compare%s --partial %d %s`\n", row_id, tostring(measured.id), tostring(new_run), db_arg,
       r.run_id, tostring(new_run)))
