@@ -66,20 +66,12 @@ constexpr int BAR_DQ_READ1 = 10; // WG1's dQ GEMM retired (tile of WG0, q half 1
  *  SPLIT: the two barriers over both warpgroups per pair become one-way
  *    hand-overs, so a warpgroup stages its dQ and starts the next pair while
  *    the other's dQ GEMM runs (v5.1). */
-constexpr unsigned PINGPONG = 1, SPLIT = 2, REXP_ASYNC = 4, CVT_PRODUCER = 8;
+constexpr unsigned PINGPONG = 1, SPLIT = 2, REXP_ASYNC = 4;
 /*  REXP_ASYNC (fixed point): the row exponents of a pair reach shared memory
  *    by cp.async at the pair's start and are read when dQ is staged (v5.2).
  *    Loaded into registers instead (__ldg), their first use came straight
  *    after the load, as ptxas computed 2^e there and spilled it: every pair
  *    began with a global load's full latency in both warpgroups. */
-
-/*  CVT_PRODUCER (fixed point): the consumers stage dQ as fp32, as in the
- *    fp32 mode, and the producer warpgroup's 128 threads turn each staged
- *    block into int32 fixed point just before its reduce (v5.3). The
- *    64 FMUL + 64 F2I a consumer thread did a pair sat between its dQ GEMM
- *    and its next pair; the producer's warps are idle then. The same
- *    rounding of the same products: the bits do not change. */
-constexpr int BAR_PRODUCER = 11; // the producer warpgroup (CVT_PRODUCER)
 
 /* Ping-pong: the consumer warpgroups take turns issuing GEMMs (S^T/dP^T,
  * then dV/dK, twice a pair), so one's exponentials and dS^T overlap the
@@ -190,50 +182,19 @@ stage_dq(unsigned char *stg, int hn, const float *acc_q, float sc0, float sc1)
   }
 }
 
-/* Producer warpgroup (CVT_PRODUCER): turn the fp32 dQ staged in a stage
- * (128 rows of 512 bytes: row R of the q block at R·512, its 16-byte
- * chunks swizzled within the row) into int32 round(x · 2^row_exp) in
- * place. Warp w takes rows 32w..32w+31, a row at a time, its lanes 16
- * bytes each (conflict-free); ex is row 32w + lane's exponent, passed
- * along the warp by shuffle. */
-__device__ __forceinline__ void
-convert_dq_fixed(unsigned char *stg, int ex)
-{
-  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  unsigned char *row0 = stg + warp * 32 * 512 + lane * 16;
-  // Two rows a step, both read before either is written back: the rows'
-  // shared-memory latencies overlap (24 registers hold no more).
-#pragma unroll 1
-  for (int i = 0; i < 32; i += 2) {
-    float4 *at0 = reinterpret_cast<float4 *>(row0 + i * 512), *at1 = at0 + 32;
-    const float4 x0 = *at0, x1 = *at1;
-    const float s0 = exp2_int(__shfl_sync(0xffffffffu, ex, i));
-    const float s1 = exp2_int(__shfl_sync(0xffffffffu, ex, i + 1));
-    *reinterpret_cast<int4 *>(at0) = make_int4(__float2int_rn(x0.x * s0), __float2int_rn(x0.y * s0),
-                                               __float2int_rn(x0.z * s0), __float2int_rn(x0.w * s0));
-    *reinterpret_cast<int4 *>(at1) = make_int4(__float2int_rn(x1.x * s1), __float2int_rn(x1.y * s1),
-                                               __float2int_rn(x1.z * s1), __float2int_rn(x1.w * s1));
-  }
-}
-
-/* Producer warpgroup: thread 0 loads, issues the reduces and ends the ring;
- * with CVT all 128 threads walk the same list (each reads it itself, so
- * they agree without talking) to convert each block's dQ before its
- * reduce. Without CVT only thread 0 calls this. */
-template <bool FIXED, bool CVT>
+template <bool FIXED>
 __device__ __forceinline__ void
 producer(const sm90_ws_params &p, int64_t bh, int J, int lo, int hi, uint32_t base,
          unsigned char *base_ptr)
 {
   const uint32_t bar_kv = base + OFF_BARS, bar_full = bar_kv + 8,
                  bar_ready = bar_full + 8 * STAGES;
-  const bool leader = (threadIdx.x & 127) == 0;
   const int nkv128 = p.nkv / 2, nq128 = p.nq / 2;
   const int64_t row = bh * nkv128 + J;
   const int cnt = min(max(p.list128.num[row], 0), p.list128.width);
   const int32_t *list = p.list128.idx + row * p.list128.width;
   int e = next_entry(list, 0, cnt, lo, min(hi, nq128));
-  if (e < cnt && leader) {
+  if (e < cnt) {
     const vsa_bwd::head_coord kh = vsa_bwd::tma_head(p.layout, p.H, (int64_t)p.nkv * BLK, bh);
     mbar_arrive_expect_tx(bar_kv, 4 * TILE);
     for (int w = 0; w < 2; w++)
@@ -244,59 +205,40 @@ producer(const sm90_ws_params &p, int64_t bh, int J, int lo, int hi, uint32_t ba
   // A stage's tag names its q block until the stage is refilled: the
   // reduce reads it back from there.
   volatile int *tags = reinterpret_cast<volatile int *>(base_ptr + OFF_TAGS);
-  int ex[STAGES] = {}; // CVT: this thread's row exponent of each stage's q block
-  // Stage s's dQ, staged by both consumers, goes out: converted by the
-  // warpgroup (CVT), then added by thread 0, which returns once the copy
-  // engine has read it.
-  auto drain = [&](int s, int m) {
-    const uint32_t st = base + OFF_RING + s * RING_STAGE;
-    mbar_wait(bar_ready + 8 * s, (m / STAGES) & 1);
-    if (CVT) {
-      convert_dq_fixed(base_ptr + OFF_RING + s * RING_STAGE, s ? ex[1] : ex[0]);
-      fence_proxy_async(); // the copy engine reads what the threads wrote
-      named_sync(BAR_PRODUCER, CONSUMER_THREADS);
-    }
-    if (leader) reduce_block<FIXED>(p, bh, tags[s], st);
-  };
   int n = 0;
   for (;; n++) {
     const int s = n % STAGES;
     const uint32_t st = base + OFF_RING + s * RING_STAGE;
-    if (n >= STAGES) drain(s, n - STAGES); // before the refill
+    if (n >= STAGES) { // item n - STAGES's dQ, staged here, goes out before the refill
+      mbar_wait(bar_ready + 8 * s, ((n - STAGES) / STAGES) & 1);
+      reduce_block<FIXED>(p, bh, tags[s], st);
+    }
     if (e >= cnt) { // the end tag: no loads, a plain arrival
-      if (leader) {
-        tags[s] = -1;
-        mbar_arrive(bar_full + 8 * s);
-      }
+      tags[s] = -1;
+      mbar_arrive(bar_full + 8 * s);
       break;
     }
     const int I = __ldg(list + e);
     e = next_entry(list, e + 1, cnt, lo, min(hi, nq128));
-    if (CVT) { // read now, used two items later
-      const int x = __ldg(p.row_exp + bh * ((int64_t)p.nq * BLK) + (int64_t)I * QROWS +
-                          (threadIdx.x & 127));
-      if (s) ex[1] = x;
-      else ex[0] = x;
-    }
-    if (leader) {
-      tags[s] = I;
-      load_q_block(p, bh, qh, I, st, base + OFF_RSTATS + s * RING_STATS, bar_full + 8 * s);
-    }
+    tags[s] = I;
+    load_q_block(p, bh, qh, I, st, base + OFF_RSTATS + s * RING_STATS, bar_full + 8 * s);
   }
   // n items went out; the last min(n, STAGES - 1) of them still hold dQ.
-  for (int m = n - STAGES + 1 > 0 ? n - STAGES + 1 : 0; m < n; m++) drain(m % STAGES, m);
-  if (leader) bulk_wait_all();
+  for (int m = n - STAGES + 1 > 0 ? n - STAGES + 1 : 0; m < n; m++) {
+    const int s = m % STAGES;
+    mbar_wait(bar_ready + 8 * s, (m / STAGES) & 1);
+    reduce_block<FIXED>(p, bh, tags[s], base + OFF_RING + s * RING_STAGE);
+  }
+  bulk_wait_all();
 }
 
 /* Consumer warpgroup WG: kv rows 64·WG.. of 128-token kv block J. */
-template <bool FIXED_OUT, int WG, unsigned FLAGS>
+template <bool FIXED, int WG, unsigned FLAGS>
 __device__ __forceinline__ void
 consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
          unsigned char *base_ptr)
 {
   constexpr bool pingpong = FLAGS & PINGPONG, split = FLAGS & SPLIT, rexp_async = FLAGS & REXP_ASYNC;
-  // CVT_PRODUCER: staged as fp32, converted by the producer warpgroup.
-  constexpr bool FIXED = FIXED_OUT && !(FLAGS & CVT_PRODUCER);
   constexpr int both = 2 * CONSUMER_THREADS;
   const uint32_t bar_kv = base + OFF_BARS, bar_full = bar_kv + 8,
                  bar_ready = bar_full + 8 * STAGES;
@@ -486,9 +428,7 @@ bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
 
   if (wg == 2) {
     setmaxnreg_dec<24>();
-    constexpr bool cvt = FIXED && (FLAGS & CVT_PRODUCER);
-    if (cvt || threadIdx.x == 2 * CONSUMER_THREADS)
-      producer<FIXED, cvt>(p, bh, J, lo, hi, base, base_ptr);
+    if (threadIdx.x == 2 * CONSUMER_THREADS) producer<FIXED>(p, bh, J, lo, hi, base, base_ptr);
     return;
   }
 
@@ -501,30 +441,25 @@ bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
 } // namespace
 
 /* VSALAB_ABLATE picks an earlier variant for same-call comparisons:
- * v5_2 (v5.2: the consumers convert dQ to fixed point), v5_1 (v5.1: row
- * exponents through registers), v5_no_pingpong (v5.3 in lockstep), v5_joint
- * (v5: ping-pong, two barriers over both warpgroups a pair, row exponents
- * through registers). The fp32 kernels of v5.2 and v5.3 are the same code. */
+ * v5_1 (v5.1: row exponents through registers), v5_no_pingpong (v5.2 in
+ * lockstep), v5_joint (v5: ping-pong, two barriers over both warpgroups a
+ * pair, row exponents through registers). */
 cudaError_t
 sm90_b128_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
-  static bool configured[5] = {};
-  constexpr unsigned V5_3 = PINGPONG | SPLIT | CVT_PRODUCER;
-  if (vsa_bwd::ablate("v5_2"))
-    return sm90_launch_main(bwd_b128_kernel<false, PINGPONG | SPLIT | REXP_ASYNC>,
-                            bwd_b128_kernel<true, PINGPONG | SPLIT | REXP_ASYNC>, THREADS,
-                            SMEM_BYTES, configured[4], p, stream);
+  static bool configured[4] = {};
   if (vsa_bwd::ablate("v5_1"))
     return sm90_launch_main(bwd_b128_kernel<false, PINGPONG | SPLIT>,
                             bwd_b128_kernel<true, PINGPONG | SPLIT>, THREADS, SMEM_BYTES,
                             configured[3], p, stream);
   if (vsa_bwd::ablate("v5_no_pingpong"))
-    return sm90_launch_main(bwd_b128_kernel<false, SPLIT | CVT_PRODUCER>,
-                            bwd_b128_kernel<true, SPLIT | CVT_PRODUCER>, THREADS, SMEM_BYTES,
+    return sm90_launch_main(bwd_b128_kernel<false, SPLIT | REXP_ASYNC>,
+                            bwd_b128_kernel<true, SPLIT | REXP_ASYNC>, THREADS, SMEM_BYTES,
                             configured[1], p, stream);
   if (vsa_bwd::ablate("v5_joint"))
     return sm90_launch_main(bwd_b128_kernel<false, PINGPONG>, bwd_b128_kernel<true, PINGPONG>,
                             THREADS, SMEM_BYTES, configured[2], p, stream);
-  return sm90_launch_main(bwd_b128_kernel<false, V5_3>, bwd_b128_kernel<true, V5_3>, THREADS,
-                          SMEM_BYTES, configured[0], p, stream);
+  return sm90_launch_main(bwd_b128_kernel<false, PINGPONG | SPLIT | REXP_ASYNC>,
+                          bwd_b128_kernel<true, PINGPONG | SPLIT | REXP_ASYNC>, THREADS, SMEM_BYTES,
+                          configured[0], p, stream);
 }
