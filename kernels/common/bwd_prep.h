@@ -234,10 +234,8 @@ int heads_per_group(int64_t BH, int64_t Sq, int chunks);
  * no_pdl: the fixed-point v3 main kernel is a plain stream-ordered launch,
  * not a programmatic dependent of the row-exponent launch (results are
  * unchanged; its griddepcontrol.wait then returns at once). v5_joint,
- * v5_no_pingpong, v5_1, v5_2: earlier variants of the block-128 kernel
- * (sm90_b128_launch), results unchanged; v5_no_convert: its fixed-point
- * kernel stages dQ unconverted (dq wrong). v6: the block-128 kernel of 64-row
- * q steps (bsa_bwd_b128_qstep_sm90a.cu) in v5's place, results unchanged. */
+ * v5_no_pingpong: earlier variants of the block-128 kernel (v5's two
+ * barriers a pair; lockstep), results unchanged. */
 bool ablate(const char *what);
 
 /* A 3D tensor map (column, head, row) over a bf16 tensor of B·H heads of

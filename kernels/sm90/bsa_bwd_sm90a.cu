@@ -244,8 +244,6 @@ backward_64(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q, const
   if ((int64_t)s->B * s->H * s->Sq >= (1ll << 31) || (int64_t)s->B * s->H * s->Skv >= (1ll << 31))
     return cudaErrorInvalidValue;
   const bool v5 = variant == VSA_SM90A_B128;
-  // v6 (64-row q steps) in place of v5, for the same-call comparison.
-  const bool v6 = v5 && vsa_bwd::ablate("v6");
   if (v5 && (!list128_idx || s->Sq % 128 || s->Skv % 128)) return cudaErrorInvalidValue;
   // TMA producer kernels
   const bool ws = variant == VSA_SM90A_WS || variant == VSA_SM90A_KV2 || v5;
@@ -322,8 +320,7 @@ backward_64(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q, const
     p.list128.width = list128_width;
     cudaError_t e = sm90_tile_maps(p, d_q, d_k, d_v, d_dO, s->B, s->Sq, s->Skv);
     if (e == cudaSuccess)
-      e = v6   ? sm90_b128_qstep_launch(p, stream)
-          : v5 ? sm90_b128_launch(p, stream)
+      e = v5 ? sm90_b128_launch(p, stream)
           : variant == VSA_SM90A_KV2 ? sm90_kv2_launch(p, stream)
                                      : sm90_ws_launch(p, stream);
     if (e != cudaSuccess) return e;
@@ -350,8 +347,6 @@ backward_64(const vsa_shape *s, const uint16_t *d_dO, const uint16_t *d_q, const
   }
   return vsa_bwd::launch_dq_finish(dq_accum, d_dq, s->sm_scale, rows,
                                    variant == VSA_SM90A_ATOMIC ? vsa_bwd::DQ_ROWS
-                                   : v6 && deterministic       ? vsa_bwd::DQ_QUARTERS_FIXED
-                                   : v6                        ? vsa_bwd::DQ_QUARTERS
                                    : deterministic             ? vsa_bwd::DQ_ROWS_SWIZZLED_FIXED
                                                                : vsa_bwd::DQ_ROWS_SWIZZLED,
                                    pp.row_exp, s->layout, s->H, s->Sq, stream);

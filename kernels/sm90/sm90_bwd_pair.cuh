@@ -188,9 +188,8 @@ struct no_hook {
 /* Gate::wait() before each of the two GEMM issues (S^T/dP^T, dV/dK) and
  * Gate::pass() after it: v5's ping-pong makes two warpgroups take turns.
  * before_ds_store() runs just before dS^T is written: v5 waits there for
- * the other warpgroup's dQ GEMM that still reads the tile. DV_ONLY: only
- * dV += P^T dO is issued (v6 issues dK itself, after its dQ GEMM). */
-template <class T, class Gate = no_gate, class Hook = no_hook, bool DV_ONLY = false>
+ * the other warpgroup's dQ GEMM that still reads the tile. */
+template <class T, class Gate = no_gate, class Hook = no_hook>
 __device__ __forceinline__ void
 pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, const float *lse,
           const float *delta, float scale_log2, bool valid0, bool valid1, float *acc_dk,
@@ -270,11 +269,9 @@ pair_dkdv(uint32_t base, unsigned char *base_ptr, uint32_t sQ, uint32_t sdO, con
 #pragma unroll
   for (int kk = 0; kk < 4; kk++)
     wgmma_rs_n128<1>(acc_dv, &a_p[4 * kk], desc_mnmajor(sdO + kk * 2048));
-  if (!DV_ONLY) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-      wgmma_rs_n128<1>(acc_dk, &a_ds[4 * kk], desc_mnmajor(sQ + kk * 2048));
-  }
+  for (int kk = 0; kk < 4; kk++)
+    wgmma_rs_n128<1>(acc_dk, &a_ds[4 * kk], desc_mnmajor(sQ + kk * 2048));
   wgmma_commit();
   Gate::pass();
   fence_proxy_async(); // dS^T is read by the async proxy (wgmma) next

@@ -62,10 +62,6 @@ cudaError_t sm90_kv2_launch(const sm90_ws_params &p, cudaStream_t stream);
  * p.q_chunk must be even (it counts 64-token q blocks). */
 cudaError_t sm90_b128_launch(const sm90_ws_params &p, cudaStream_t stream);
 
-/* The same for v6 (bsa_bwd_b128_qstep_sm90a.cu): 64-row q steps, dQ left
- * in the accumulator in DQ_QUARTERS(_FIXED) order. */
-cudaError_t sm90_b128_qstep_launch(const sm90_ws_params &p, cudaStream_t stream);
-
 #ifdef __CUDACC__
 #include "sm90_bwd_pair.cuh"
 
