@@ -260,27 +260,6 @@ exp2_int(int e)
   return __int_as_float((e + 127) << 23);
 }
 
-/* round(x · sc) to nearest even as int32, bitwise what __float2int_rn(x * sc)
- * gives for |x · sc| < 2^30 (sc a power of two: the product is exact), on
- * the FMA and integer pipes instead of the conversion unit F2I shares with
- * MUFU.EX2 (16 a clock an SM). t = x·sc + 1.5·2^31 rounds the product to a
- * multiple of 2^8 whose count sits in t's low mantissa bits; r, the
- * remainder (|r| <= 128), is exact, and r + 1.5·2^23 rounds it to an
- * integer in u's low bits. Ties: hi is even, so n rounds to even exactly
- * when r does. The fixed-point row bound (bwd_prep.h) keeps every partial
- * below 2^30. */
-__device__ __forceinline__ int
-fixed_round(float x, float sc)
-{
-  const float hi_magic = 3221225472.f; // 1.5 · 2^31: ulp 2^8 on [2^31, 2^32)
-  const float lo_magic = 12582912.f;   // 1.5 · 2^23: ulp 1
-  const float t = __fmaf_rn(x, sc, hi_magic);
-  const float r = __fmaf_rn(x, sc, -__fsub_rn(t, hi_magic));
-  const float u = __fadd_rn(r, lo_magic);
-  return (int)(((uint32_t)__float_as_int(t) << 8) + (uint32_t)__float_as_int(u) -
-               ((uint32_t)__float_as_int(hi_magic) << 8) - (uint32_t)__float_as_int(lo_magic));
-}
-
 __device__ __forceinline__ uint32_t
 pack_bf16(float lo, float hi)
 {

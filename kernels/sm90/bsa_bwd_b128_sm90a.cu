@@ -66,18 +66,12 @@ constexpr int BAR_DQ_READ1 = 10; // WG1's dQ GEMM retired (tile of WG0, q half 1
  *  SPLIT: the two barriers over both warpgroups per pair become one-way
  *    hand-overs, so a warpgroup stages its dQ and starts the next pair while
  *    the other's dQ GEMM runs (v5.1). */
-constexpr unsigned PINGPONG = 1, SPLIT = 2, REXP_ASYNC = 4, CVT_FMA = 8, NO_CONVERT = 16;
+constexpr unsigned PINGPONG = 1, SPLIT = 2, REXP_ASYNC = 4;
 /*  REXP_ASYNC (fixed point): the row exponents of a pair reach shared memory
  *    by cp.async at the pair's start and are read when dQ is staged (v5.2).
  *    Loaded into registers instead (__ldg), their first use came straight
  *    after the load, as ptxas computed 2^e there and spilled it: every pair
  *    began with a global load's full latency in both warpgroups. */
-
-/*  CVT_FMA (fixed point): dQ is converted by fixed_round (FFMA, FADD and two
- *    integer ops an element) instead of FMUL + F2I (v5.4): the same bits.
- *  NO_CONVERT (an ablation, fixed point): dQ is staged as raw fp32 bits, no
- *    scale and no conversion; dq is then wrong and only the time counts,
- *    the conversion's whole cost. */
 
 /* Ping-pong: the consumer warpgroups take turns issuing GEMMs (S^T/dP^T,
  * then dV/dK, twice a pair), so one's exponentials and dS^T overlap the
@@ -164,7 +158,7 @@ reduce_block(const sm90_ws_params &p, int64_t bh, int I, uint32_t st)
  * stage_dq_half(_fixed) does. The thread index is laundered first, so
  * ptxas recomputes the 32 swizzled offsets here instead of hoisting both
  * halves' 64 out of the loop (it spilled them: ~470 bytes). */
-template <bool FIXED, unsigned FLAGS>
+template <bool FIXED>
 __device__ __forceinline__ void
 stage_dq(unsigned char *stg, int hn, const float *acc_q, float sc0, float sc1)
 {
@@ -176,12 +170,7 @@ stage_dq(unsigned char *stg, int hn, const float *acc_q, float sc0, float sc1)
   for (int jn = 0; jn < 8; jn++) {
     const int col = hn * 64 + jn * 8 + 2 * (lane & 3);
     const float *a = acc_q + 4 * jn;
-    if (FIXED && (FLAGS & CVT_FMA)) {
-      *reinterpret_cast<int2 *>(stg + dq_stage_offset(r0, col)) =
-          make_int2(fixed_round(a[0], sc0), fixed_round(a[1], sc0));
-      *reinterpret_cast<int2 *>(stg + dq_stage_offset(r1, col)) =
-          make_int2(fixed_round(a[2], sc1), fixed_round(a[3], sc1));
-    } else if (FIXED && !(FLAGS & NO_CONVERT)) {
+    if (FIXED) {
       *reinterpret_cast<int2 *>(stg + dq_stage_offset(r0, col)) =
           make_int2(__float2int_rn(a[0] * sc0), __float2int_rn(a[1] * sc0));
       *reinterpret_cast<int2 *>(stg + dq_stage_offset(r1, col)) =
@@ -384,11 +373,11 @@ consumer(const sm90_ws_params &p, int64_t bh, int J, int c, uint32_t base,
     }
     // WG0 stages over Q, which WG1's dK GEMM reads until its phase 1 retires.
     if (split && WG == 0) named_sync_any(BAR_PH1_WG1, both);
-    stage_dq<FIXED, FLAGS>(stg, 0, acc_q0, sc0, sc1);
+    stage_dq<FIXED>(stg, 0, acc_q0, sc0, sc1);
     wgmma_wait<0>();
     reg_fence(acc_q1, 32);
     if (split) named_arrive_any(WG == 0 ? BAR_DQ_READ0 : BAR_DQ_READ1, both);
-    stage_dq<FIXED, FLAGS>(stg, 1, acc_q1, sc0, sc1);
+    stage_dq<FIXED>(stg, 1, acc_q1, sc0, sc1);
     reg_fence(acc_dk, 64);
     reg_fence(acc_dv, 64);
     fence_proxy_async(); // the staged dQ is read by the copy engine next
@@ -452,33 +441,25 @@ bwd_b128_kernel(const __grid_constant__ sm90_ws_params p)
 } // namespace
 
 /* VSALAB_ABLATE picks an earlier variant for same-call comparisons:
- * v5_2 (v5.2: the dQ conversion by FMUL + F2I), v5_no_convert (the
- * ablation above: dq wrong), v5_1 (v5.1: row exponents through registers),
- * v5_no_pingpong (v5.4 in lockstep), v5_joint (v5: ping-pong, two barriers
- * over both warpgroups a pair, row exponents through registers, F2I). */
+ * v5_1 (v5.1: row exponents through registers), v5_no_pingpong (v5.2 in
+ * lockstep), v5_joint (v5: ping-pong, two barriers over both warpgroups a
+ * pair, row exponents through registers). */
 cudaError_t
 sm90_b128_launch(const sm90_ws_params &p, cudaStream_t stream)
 {
-  constexpr unsigned V5_2 = PINGPONG | SPLIT | REXP_ASYNC, V5_4 = V5_2 | CVT_FMA;
-  static bool configured[6] = {};
-  if (vsa_bwd::ablate("v5_2"))
-    return sm90_launch_main(bwd_b128_kernel<false, V5_2>, bwd_b128_kernel<true, V5_2>, THREADS,
-                            SMEM_BYTES, configured[4], p, stream);
-  if (vsa_bwd::ablate("v5_no_convert"))
-    return sm90_launch_main(bwd_b128_kernel<false, V5_2>, bwd_b128_kernel<true, V5_2 | NO_CONVERT>,
-                            THREADS, SMEM_BYTES, configured[5], p, stream);
+  static bool configured[4] = {};
   if (vsa_bwd::ablate("v5_1"))
     return sm90_launch_main(bwd_b128_kernel<false, PINGPONG | SPLIT>,
                             bwd_b128_kernel<true, PINGPONG | SPLIT>, THREADS, SMEM_BYTES,
                             configured[3], p, stream);
   if (vsa_bwd::ablate("v5_no_pingpong"))
     return sm90_launch_main(bwd_b128_kernel<false, SPLIT | REXP_ASYNC>,
-                            bwd_b128_kernel<true, SPLIT | REXP_ASYNC | CVT_FMA>, THREADS,
-                            SMEM_BYTES, configured[1], p, stream);
+                            bwd_b128_kernel<true, SPLIT | REXP_ASYNC>, THREADS, SMEM_BYTES,
+                            configured[1], p, stream);
   if (vsa_bwd::ablate("v5_joint"))
     return sm90_launch_main(bwd_b128_kernel<false, PINGPONG>, bwd_b128_kernel<true, PINGPONG>,
                             THREADS, SMEM_BYTES, configured[2], p, stream);
-  // CVT_FMA changes only the fixed-point kernel.
-  return sm90_launch_main(bwd_b128_kernel<false, V5_2>, bwd_b128_kernel<true, V5_4>, THREADS,
-                          SMEM_BYTES, configured[0], p, stream);
+  return sm90_launch_main(bwd_b128_kernel<false, PINGPONG | SPLIT | REXP_ASYNC>,
+                          bwd_b128_kernel<true, PINGPONG | SPLIT | REXP_ASYNC>, THREADS, SMEM_BYTES,
+                          configured[0], p, stream);
 }
