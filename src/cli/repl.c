@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <editline/readline.h>
 
@@ -316,8 +317,10 @@ vsa_repl(lua_State *L)
    * Kept in the registry, out of the user's globals. */
   (void)luaL_dostring(L, "return require('vsalab.repl').print");
   lua_setfield(L, LUA_REGISTRYINDEX, "vsalab.repl_print");
-  printf("vsalab %s — Lua with the vsalab module; Tab completes, Ctrl-D leaves\n",
-         lua_tostring(L, (lua_getglobal(L, "vsalab"), lua_getfield(L, -1, "version"), -1)));
+  /* Piped input has no Tab and no Ctrl-D to offer. */
+  printf("vsalab %s — Lua with the vsalab module%s\n",
+         lua_tostring(L, (lua_getglobal(L, "vsalab"), lua_getfield(L, -1, "version"), -1)),
+         isatty(STDIN_FILENO) ? "; Tab completes, Ctrl-D leaves" : "");
   lua_pop(L, 2);
   struct sigaction sa, old;
   memset(&sa, 0, sizeof sa);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # peer_tables.sh — the same-call tables of docs/peers.md and kernels/NOTES.md:
 # vsalab's sm90a (fixed-point dQ, the default, and sm90a-fp32; at block 128
-# also v5, sm90a-v5 and sm90a-v5-fp32) beside cuDNN
+# both run v5) beside cuDNN
 # BSA, FA4 and FastVideo's Triton on identical inputs, and cuDNN's dense
 # backward at density 1 on the same shapes, every row checked against the
 # fp64 oracle. Needs the peers (scripts/peers.sh install, tests/gpu/fetch_peer.sh).
@@ -48,10 +48,9 @@ if [ -z "${VSALAB_PEER_TMP:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] &&
   export VSALAB_PEER_TMP=/dev/shm
 fi
 [ -f "$db" ] || case " $* " in *" seed "*|*" wan "*|*" dense "*) ;; *) fail "no tables DB at $db (run a part first)" ;; esac
-# sm90a-v5 (128-row tiles, block 128 only) runs at block 128 beside sm90a,
-# which runs v5 there too (a second measurement of it); at 64 its rows are
-# skipped.
-kernels=sm90a,sm90a-fp32,sm90a-v5,sm90a-v5-fp32,cudnn_bsa,fa4,triton
+# sm90a-v5 is not listed: sm90a runs v5 at block 128, so its rows would time
+# the same kernel twice.
+kernels=sm90a,sm90a-fp32,cudnn_bsa,fa4,triton
 # The exit status: the largest of the commands' (2, a usage error, stays 2).
 status=0
 keep() { [ "$1" -gt "$status" ] && status=$1; return 0; }
@@ -84,8 +83,6 @@ for part in "${parts[@]}"; do
           r.density,
           round(max(CASE WHEN kernel = 'sm90a' THEN tflops END), 1) AS sm90a,
           round(max(CASE WHEN kernel = 'sm90a-fp32' THEN tflops END), 1) AS sm90a_fp32,
-          round(max(CASE WHEN kernel = 'sm90a-v5' THEN tflops END), 1) AS v5,
-          round(max(CASE WHEN kernel = 'sm90a-v5-fp32' THEN tflops END), 1) AS v5_fp32,
           round(max(CASE WHEN kernel = 'cudnn_bsa' THEN tflops END), 1) AS cudnn_bsa,
           round(max(CASE WHEN kernel = 'fa4' THEN tflops END), 1) AS fa4,
           round(max(CASE WHEN kernel = 'triton' THEN tflops END), 1) AS triton,
