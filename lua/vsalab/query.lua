@@ -26,7 +26,9 @@ end
 local function cell(v, full)
   if v == nil then return "" end
   if type(v) == "number" then
-    if v == math.floor(v) and math.abs(v) < 1e15 then return string.format("%d", v) end
+    -- Every integer a double holds exactly prints as digits (db:q hands
+    -- larger INTEGERs over as their decimal strings).
+    if v == math.floor(v) and math.abs(v) <= 2^53 then return string.format("%d", v) end
     return full and exact(v) or string.format("%.6g", v)
   end
   return tostring(v)

@@ -457,8 +457,12 @@ pragma_read(const char *sql)
   return 1;
 }
 
+/* Integers a double holds exactly: |v| <= 2^53. */
+#define INT53_MAX ((sqlite3_int64)1 << 53)
+
 /* db:q(sql, ...) -> array of rows (tables keyed by column name; NULL columns
- * absent) [, changes for a statement that writes]. One statement; values
+ * absent; an INTEGER beyond +-2^53 as its exact decimal string)
+ * [, changes for a statement that writes]. One statement; values
  * bind by position (numbers: integral ones as INTEGER, others as REAL;
  * {real = x} as REAL whatever x is, so 1.0 stays a REAL; strings; booleans
  * as 1/0; nil as NULL). */
@@ -582,9 +586,16 @@ l_db_q(lua_State *L)
     lua_createtable(L, 0, ncol);
     for (int c = 0; c < ncol; c++) {
       switch (sqlite3_column_type(*g, c)) {
-      case SQLITE_INTEGER:
-        lua_pushnumber(L, (lua_Number)sqlite3_column_int64(*g, c));
+      case SQLITE_INTEGER: {
+        /* A double holds integers exactly up to 2^53; past that the exact
+         * decimal string, so a printed id or counter is never rounded. */
+        sqlite3_int64 v = sqlite3_column_int64(*g, c);
+        if (v > INT53_MAX || v < -INT53_MAX)
+          lua_pushfstring(L, "%s", (const char *)sqlite3_column_text(*g, c));
+        else
+          lua_pushnumber(L, (lua_Number)v);
         break;
+      }
       case SQLITE_FLOAT:
         lua_pushnumber(L, sqlite3_column_double(*g, c));
         break;

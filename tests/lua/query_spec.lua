@@ -232,6 +232,15 @@ describe("result queries", function()
     local rce, oute, erre = H.vsalab("query --db=" .. db .. " --format=csv \"SELECT 7 AS x\"")
     assert.equal(0, rce, erre)
     assert.equal("x\n7\n", oute)
+    -- An INTEGER a double cannot hold prints exactly, in every format (JSON
+    -- as a string: most readers would round a bare number).
+    local big = "\"SELECT 9007199254740993 AS big, -9223372036854775808 AS low, 9007199254740992 AS edge\""
+    local _, outb = H.vsalab("query --db " .. db .. " --format csv " .. big)
+    assert.equal("big,low,edge\n9007199254740993,-9223372036854775808,9007199254740992\n", outb)
+    _, outb = H.vsalab("query --db " .. db .. " --format json " .. big)
+    assert.equal('[{"big":"9007199254740993","low":"-9223372036854775808","edge":9007199254740992}]\n', outb)
+    _, outb = H.vsalab("query --db " .. db .. " " .. big)
+    assert.truthy(outb:find("9007199254740993  -9223372036854775808  9007199254740992", 1, true), outb)
     -- A decimal binds as REAL, as SQLite reads the literal.
     local _, outd = H.vsalab("query --db " .. db .. " --format csv \"SELECT ?1 / 2 AS h\" 1.0")
     assert.equal("h\n0.5\n", outd)
