@@ -37,7 +37,7 @@ wan720p|-|experiments/wan720p.lua, the main job (WAN720P_ARGS passes -a override
 modes|-|hot, cold, graph and sustained timing of one sweep (4k, 32k) with clocks, watts and the GEMM ceiling
 bench-table|-|same-run table 4k-65k: the dq-modes kernels and Triton when installed, TFLOPS, ratios, clocks, dq rel L2
 sustained|-|3 s of back-to-back calls (--timing sustained) at 4k, 16k, 65k: TFLOPS at the power cap, watts, pJ per FLOP
-energy|-|hot and sustained rows at 16k, 65k and Wan 720P H40 25%, the dQ reduce ablated, cuDNN dense when torch is present: pJ per FLOP
+energy|-|hot and sustained rows at 16k, 65k and Wan 720P H40 25% (ENERGY_BLOCK, default 64), the dQ reduce ablated, cuDNN dense when torch is present: pJ per FLOP
 power-trace|-|2000 back-to-back calls of each dq-modes kernel at 16k, medians per 100 calls, nvidia-smi sampling clocks and limits every 20 ms
 process-spread|-|one 16k point in 8 separate processes: how much a time moves by process (clocks, capped time)
 old-vs-new|-|this build against OLD=BINARY, alternated on the same shapes so clock drift falls on both (skipped without OLD)
@@ -64,6 +64,8 @@ EMU_LAUNCHES_SCALE=${EMU_LAUNCHES_SCALE:-0.1}
 # checked in all by sm100a_emu_b128.lua (five shapes, both dQ modes, the
 # fp64 oracle, 20 launches bitwise) and by every case in sm100emu-full.
 EMU_CASES_BLOCKS=${EMU_CASES_BLOCKS:-64}
+# The block size of the energy step's rows (64 or 128).
+ENERGY_BLOCK=${ENERGY_BLOCK:-64}
 # The budget of `all` on one H200 (seconds): the summary says when a run exceeds it.
 ALL_BUDGET_S=360
 
@@ -80,7 +82,8 @@ take, default 300; a check past it fails), JOBS (processes side by side in
 a step's correctness batch, default min(8, cores); 1: one at a time),
 EMU_CASES_SKIP, EMU_LAUNCHES_SCALE and EMU_CASES_BLOCKS (the emulated CASES
 in all: every case but $EMU_CASES_SKIP, launches x$EMU_LAUNCHES_SCALE, at
-block $EMU_CASES_BLOCKS), BSA_ARGS, WAN720P_ARGS,
+block $EMU_CASES_BLOCKS), ENERGY_BLOCK (the energy step's block size, 64 or
+128; default $ENERGY_BLOCK), BSA_ARGS, WAN720P_ARGS,
 PEERS_ARGS, OLD (the binary old-vs-new times against), PEER_DIR (where the
 Triton peer's files are, default .peer/fastvideo_triton).
 Exit status: 0 every check passed, 1 a check failed (or a step asked for by
@@ -184,6 +187,7 @@ peer_dir=${PEER_DIR:-.peer/fastvideo_triton}
 for v in check_timeout jobs; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: ${v^^} must be a whole number > 0, got '${!v}'" >&2; exit 2; }
 done
+case $ENERGY_BLOCK in 64|128) ;; *) echo "run.sh: ENERGY_BLOCK must be 64 or 128, got '$ENERGY_BLOCK'" >&2; exit 2 ;; esac
 # The example plug-ins sit beside the binary (build/ or tests/gpu/pack.sh's folder).
 export VSALAB_PLUGIN_DIR=${VSALAB_PLUGIN_DIR:-$(dirname "$bin")}
 export PATH=$PATH:/usr/local/cuda/bin
@@ -674,24 +678,25 @@ step_sustained() {
 }
 
 step_energy() {
-  local db=$out/energy.db k t first limit
+  local db=$out/energy.db k t modes limit blk=$ENERGY_BLOCK
   limit=$(long_limit)
   k=$(timing_kernels)
-  first=$(backends dq-modes | head -1)
+  modes=$(backends dq-modes | joined)
   rm -f "$db"* "$out/ablated.db"*
   for t in hot sustained; do
     # shellcheck disable=SC2086
-    check "--timing $t seed_sweep 16k, 65k" "$bin" run --timing $t --db "$db" \
-      experiments/seed_sweep.lua -a "Sq=[16384,65536]" $k
+    check "--timing $t seed_sweep 16k, 65k, block $blk" "$bin" run --timing $t --db "$db" \
+      experiments/seed_sweep.lua -a "Sq=[16384,65536]" -a "block=[$blk]" $k
     # shellcheck disable=SC2086
-    check "--timing $t Wan 720P H40 25%" "$bin" run --timing $t --db "$db" \
-      experiments/wan720p.lua -a H=40 -a density=0.25 $k
+    check "--timing $t Wan 720P H40 25%, block $blk" "$bin" run --timing $t --db "$db" \
+      experiments/wan720p.lua -a H=40 -a density=0.25 -a "block=[$blk]" $k
   done
   check "every row passed its spot check" rows_pass "$db"
-  # The dQ reduce ablated (dq wrong, its rows fail their check by design):
-  # what the reduce costs in time and watts.
-  check "$first with the dQ reduce ablated, sustained" env VSALAB_ABLATE=no_dq_reduce "$bin" run \
-    --timing sustained --db "$out/ablated.db" experiments/seed_sweep.lua -a "Sq=[16384,65536]" kernels="$first"
+  # The dQ reduce ablated in both modes (dq wrong, its rows fail their check
+  # by design): what the reduce costs in time and watts.
+  check "$modes with the dQ reduce ablated, sustained, block $blk" env VSALAB_ABLATE=no_dq_reduce "$bin" run \
+    --timing sustained --db "$out/ablated.db" experiments/seed_sweep.lua -a "Sq=[16384,65536]" \
+    -a "block=[$blk]" kernels="$modes"
   timing_table "$db"
   timing_table "$out/ablated.db"
   if python3 -c "import torch" > /dev/null 2>&1; then

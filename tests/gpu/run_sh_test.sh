@@ -126,6 +126,12 @@ grep -q "cases.lua --skip=12 --launches-scale=0.1" "$tmp/dry.txt" \
 grep -q "spec cases_spec.lua:<default> (side by side" "$tmp/dry.txt" \
   || fail "--dry-run: the CASES specs are not shown side by side"
 [ ! -e "$tmp/calls.txt" ] || fail "--dry-run ran vsalab: $(cat "$tmp/calls.txt")"
+grep -q "seed_sweep.lua -a Sq=\[16384,65536\] -a block=\[64\]" "$tmp/dry.txt" \
+  || fail "--dry-run: the energy step does not run block 64 by default"
+PATH=$nogpu_path ENERGY_BLOCK=128 "$runner" --dry-run "$fake" energy > "$tmp/dry128.txt" 2>&1 \
+  || fail "--dry-run energy at ENERGY_BLOCK=128: exit $?"
+[ "$(grep -c -- "-a block=\[128\]" "$tmp/dry128.txt")" = 5 ] \
+  || fail "--dry-run: ENERGY_BLOCK=128 does not reach the energy step's five runs"
 
 # --- usage errors and no GPU: exit 2, nothing run ---------------------------
 run_suite unknown -- "$fake" quick nosuchstep
@@ -137,6 +143,9 @@ want_rc badopt 2
 run_suite badjobs JOBS=x -- "$fake" quick
 want_rc badjobs 2
 has badjobs "JOBS must be a whole number"
+run_suite badblock ENERGY_BLOCK=96 -- "$fake" energy
+want_rc badblock 2
+has badblock "ENERGY_BLOCK must be 64 or 128, got '96'"
 rm -rf "$tmp/nogpu"
 PATH=$nogpu_path OUT=$tmp/nogpu "$runner" "$fake" quick > "$tmp/nogpu.txt" 2>&1
 rc=$?
