@@ -92,6 +92,11 @@ describe("json.decode", function()
     assert.equal("json: cannot parse: malformed JSON", H.err(vsalab.json.decode, "{"))
     assert.equal("json: cannot parse: a NUL byte in the text", H.err(vsalab.json.decode, "[1]\0garbage"))
     assert.equal("json: cannot encode a cdata", H.err(vsalab.json.encode, {require("ffi").cast("void *", 1)}))
+    -- Numbers are written in the fewest digits that read back exactly.
+    assert.equal("[0.1,1.1,1e+300,0.30000000000000004,2.5]", vsalab.json.encode{0.1, 1.1, 1e300, 0.1 + 0.2, 2.5})
+    for _, x in ipairs{0.1, 1 / 3, 2 ^ -1074, 1.7976931348623157e308, -123.456e-7} do
+      assert.equal(x, vsalab.json.decode(vsalab.json.encode{x})[1])
+    end
     -- Number keys keep 17 digits: 2^60 and 2^60 + 1024 are two keys.
     local two = vsalab.json.decode(vsalab.json.encode{[2 ^ 60] = 1, [2 ^ 60 + 1024] = 2})
     local n = 0
