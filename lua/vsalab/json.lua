@@ -6,6 +6,16 @@ local M = {}
 -- A value that encodes as null inside arrays and objects.
 M.null = setmetatable({}, {__tostring = function() return "null" end})
 
+-- A finite number as the shortest of %.15g, %.16g and %.17g that reads back
+-- as the same double: 0.1 stays 0.1, not 0.10000000000000001.
+function M.shortest(v)
+  for _, f in ipairs{"%.15g", "%.16g"} do
+    local s = string.format(f, v)
+    if tonumber(s) == v then return s end
+  end
+  return string.format("%.17g", v)
+end
+
 local escapes = {['"'] = '\\"', ['\\'] = '\\\\', ['\b'] = '\\b',
   ['\f'] = '\\f', ['\n'] = '\\n', ['\r'] = '\\r', ['\t'] = '\\t'}
 
@@ -62,13 +72,7 @@ local function encode(v, depth)
     if v == math.floor(v) and math.abs(v) < 2^53 then
       return string.format("%d", v)
     end
-    -- The shortest of 15, 16 and 17 digits that reads back as the same
-    -- double: 0.1 stays 0.1, not 0.10000000000000001.
-    for _, f in ipairs{"%.15g", "%.16g"} do
-      local s = string.format(f, v)
-      if tonumber(s) == v then return s end
-    end
-    return string.format("%.17g", v)
+    return M.shortest(v)
   end
   if t == "string" then return encode_string(v) end
   if t == "table" then

@@ -13,15 +13,9 @@ local cli = require "vsalab.cli"
 
 local M = {}
 
--- A number as the shortest of %.15g, %.16g, %.17g that reads back as the
--- same double: csv is for programs, and 6 digits lost what was measured.
-local function exact(v)
-  for _, f in ipairs{"%.15g", "%.16g"} do
-    local s = string.format(f, v)
-    if tonumber(s) == v then return s end
-  end
-  return string.format("%.17g", v)
-end
+-- csv writes numbers exactly (json.shortest): csv is for programs, and 6
+-- digits lost what was measured.
+local exact = json.shortest
 
 local function cell(v, full)
   if v == nil then return "" end

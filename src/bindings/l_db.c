@@ -17,7 +17,8 @@
  * numbers are stored as NULL. db:log uses the run of the last begin_run
  * unless the row names a run_id. begin_run fills pid and host, and git_rev /
  * vsalab_version when built with VSA_GIT_REV / VSA_VERSION, unless given.
- * db:q returns integers as Lua numbers (exact up to 2^53).
+ * db:q returns integers as Lua numbers, and beyond +-2^53 (where a double
+ * would round them) as their exact decimal strings.
  */
 #include <ctype.h>
 #include <math.h>
@@ -587,11 +588,10 @@ l_db_q(lua_State *L)
     for (int c = 0; c < ncol; c++) {
       switch (sqlite3_column_type(*g, c)) {
       case SQLITE_INTEGER: {
-        /* A double holds integers exactly up to 2^53; past that the exact
-         * decimal string, so a printed id or counter is never rounded. */
+        /* Past 2^53 the decimal string: a printed id is never rounded. */
         sqlite3_int64 v = sqlite3_column_int64(*g, c);
         if (v > INT53_MAX || v < -INT53_MAX)
-          lua_pushfstring(L, "%s", (const char *)sqlite3_column_text(*g, c));
+          lua_pushstring(L, (const char *)sqlite3_column_text(*g, c));
         else
           lua_pushnumber(L, (lua_Number)v);
         break;
