@@ -5,7 +5,8 @@
 # Script args are the experiment's: axis overrides and key=value options,
 # e.g.  -a H=40 -a density=[0.1,0.25]   kernels=all   reference=timed
 # (docs/experiments.md). By default the native kernel of this GPU is
-# timed and spot-checked against the fp64 oracle at 6 points.
+# timed and spot-checked against the fp64 oracle at 12 points (6 at each
+# block size).
 set -euo pipefail
 case "${1:-}" in
   -h|--help)
